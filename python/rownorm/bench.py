@@ -1,0 +1,1502 @@
+"""Benchmark harness shared by every rownorm op: ``python -m rownorm.bench``.
+
+For each op × mode (fwd, fwd+bwd) × dtype × row length N on a fixed grid (M·N ≥ 2^28 elements,
+far beyond L2), every implementation (rownorm, eager PyTorch, torch.compile of the eager
+expression, Liger when importable) is first checked against the float64 reference and then
+timed: median of many reps with CUDA events, the L2 cache flushed before each rep by writing a
+buffer of at least twice its size, only the op inside the events (the method of
+``triton.testing.do_bench``, without the triton dependency). Bandwidth is counted from an
+explicit per-op byte formula (the minimum traffic: fwd reads x and writes y once; fwd+bwd also
+reads x and dy and writes dx once) and reported as a share of the device-to-device copy
+bandwidth (``dst.copy_(src)`` of 2 GiB, bytes read + written) measured in the same run.
+
+Results go to ``--out`` (default ``benchmarks/results/<gpu>``): ``results.csv``,
+``results.md`` (one table per op × mode, then the seeds' workloads), ``<op>.png`` (GB/s vs N,
+when matplotlib is importable) and ``COMMAND.txt``.
+
+Adding an op = one :class:`OpSpec` in :data:`OPS`: how to make inputs, its implementations, its
+byte formulas and its float64 reference (the backward reference is float64 autograd of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import gc
+import math
+import os
+import re
+import shlex
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from rownorm import build_info
+from rownorm import reference as ref_impl
+
+GRID_NS = (256, 1024, 4096, 16384, 65535, 65536, 262144)
+QUICK_NS = (1024, 4096, 65535)
+GRID_ELEMS = 1 << 28  # M·N per grid point: 1 GiB of fp32, 20× an H100's L2
+QUICK_ELEMS = 1 << 26
+MODES = ("fwd", "fwdbwd")
+COPY_BYTES_CUDA = 1 << 31  # the copy-limit buffer: 2 GiB read + 2 GiB written
+COPY_BYTES_CPU = 1 << 28
+FLUSH_BYTES_MIN = 256 << 20
+# Correctness tolerance of any implementation in the benchmark: ‖out − ref‖ / ‖ref‖.
+TOLERANCE = {
+    torch.float64: 1e-10,
+    torch.float32: 1e-5,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
+DTYPE_ALIASES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "f32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "f16": torch.float16,
+    "half": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
+}
+SHORT_DTYPE = {
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float64: "fp64",
+}
+CSV_FIELDS = (
+    "op",
+    "mode",
+    "dtype",
+    "M",
+    "N",
+    "impl",
+    "ms",
+    "GB/s",
+    "pct_of_copy",
+    "bytes",
+    "rel_err",
+    "status",
+    "workload",
+    "note",
+)
+# A reference chunk holds at most this many elements of one float64 tensor (256 MiB), so the
+# check of an 8.6 GB input needs only a few GB beside it.
+_CHUNK_ELEMS = 1 << 25
+
+
+# --------------------------------------------------------------------------------------------
+# Op specifications
+# --------------------------------------------------------------------------------------------
+
+Fn = Callable[..., Any]  # fn(*tensors) -> Tensor | tuple[Tensor, ...]
+
+
+class Unavailable(Exception):
+    """An implementation that cannot run here (package missing, op not offered); not a failure."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    """One implementation of an op.
+
+    ``make(dim, kwargs)`` returns ``fn(*tensors)`` (called once per configuration, so
+    torch.compile sees one static shape) or raises :class:`Unavailable`.
+    """
+
+    name: str  # CSV key and column: rownorm, eager_norm, compile, ...
+    family: str  # what --impls selects: rownorm | eager | compile | liger
+    label: str  # column header in the markdown tables
+    expr: str  # the expression timed, for the legend
+    make: Callable[[int, dict], Fn]
+    grid: bool = True  # part of the default grid (False: seeds only, or when named in --impls)
+
+
+@dataclasses.dataclass(frozen=True)
+class Seed:
+    """A fixed workload from the seeds, reported in ms against eager, compile and the limit."""
+
+    title: str
+    mode: str
+    shape: tuple[int, ...]
+    dim: int
+    dtype: torch.dtype
+    impls: tuple[str, ...]
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    target_ms_h100: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """Everything the harness needs to know about one op.
+
+    - ``make_inputs(shape, dim, dtype, device, generator)``: the op's tensors, positional, as
+      the implementations take them. Tensors of x's shape are "row" tensors (independent per
+      row, split into chunks for the reference); others (weight, bias) are passed whole. Every
+      floating tensor is differentiable in fwd+bwd mode.
+    - ``reference(*tensors, dim=, **kwargs)``: float64 truth; must be differentiable in float64
+      (the backward reference is its float64 autograd).
+    - ``fwd_bytes(M, N, elem)`` / ``fwdbwd_bytes(M, N, elem)``: minimum traffic in bytes,
+      with M = rows, N = x.size(dim), elem = bytes per element.
+    """
+
+    name: str
+    make_inputs: Callable[..., list[torch.Tensor]]
+    reference: Callable[..., Any]
+    impls: tuple[Impl, ...]
+    fwd_bytes: Callable[[int, int, int], int]
+    fwdbwd_bytes: Callable[[int, int, int], int]
+    fwd_bytes_text: str
+    fwdbwd_bytes_text: str
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    n_outputs: int = 1  # outputs, each of x's shape and dtype (each gets a dy in fwd+bwd)
+    baseline: str = "eager"  # the PyTorch eager impl that `python -m rownorm` compares against
+    seeds: tuple[Seed, ...] = ()
+
+    def impl(self, name: str) -> Impl:
+        for impl in self.impls:
+            if impl.name == name:
+                return impl
+        raise KeyError(f"{self.name}: no implementation named {name!r}")
+
+    def ours(self) -> Impl:
+        return next(i for i in self.impls if i.family == "rownorm")
+
+
+def _randn_inputs(shape, dim, dtype, device, generator) -> list[torch.Tensor]:
+    return [torch.randn(shape, dtype=dtype, device=device, generator=generator)]
+
+
+def _compiled(fn: Fn) -> Fn:
+    # Each configuration gets a fresh compile of one static shape; resetting first keeps the
+    # recompile limit from silently sending later shapes to eager.
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def _liger_missing(op: str) -> Callable[[int, dict], Fn]:
+    def make(dim: int, kwargs: dict) -> Fn:
+        try:
+            import liger_kernel  # noqa: F401
+        except ImportError as err:
+            raise Unavailable("liger_kernel is not installed") from err
+        raise Unavailable(f"Liger-Kernel has no {op} op")
+
+    return make
+
+
+def _l2_rownorm(dim: int, kw: dict) -> Fn:
+    eps = kw["eps"]
+    return lambda x: torch.ops.rownorm.l2_normalize(x, dim, eps)
+
+
+def _l2_eager_norm(dim: int, kw: dict) -> Fn:
+    return lambda x: x / torch.norm(x, p=2, dim=dim, keepdim=True)
+
+
+def _l2_eager_normalize(dim: int, kw: dict) -> Fn:
+    eps = kw["eps"]
+    return lambda x: F.normalize(x, p=2, dim=dim, eps=eps)
+
+
+def _l2_compile(dim: int, kw: dict) -> Fn:
+    return _compiled(_l2_eager_normalize(dim, kw))
+
+
+def _l2_compile_norm(dim: int, kw: dict) -> Fn:
+    return _compiled(_l2_eager_norm(dim, kw))
+
+
+L2_NORMALIZE = OpSpec(
+    name="l2_normalize",
+    make_inputs=_randn_inputs,
+    reference=lambda x, dim, eps: ref_impl.l2_normalize(x, dim=dim, eps=eps),
+    impls=(
+        Impl(
+            "rownorm",
+            "rownorm",
+            "rownorm",
+            "torch.ops.rownorm.l2_normalize(x, dim, eps)",
+            _l2_rownorm,
+        ),
+        Impl(
+            "eager_norm",
+            "eager",
+            "eager x/norm",
+            "x / torch.norm(x, p=2, dim=dim, keepdim=True)",
+            _l2_eager_norm,
+        ),
+        Impl(
+            "eager_normalize",
+            "eager",
+            "eager F.normalize",
+            "F.normalize(x, p=2, dim=dim, eps=eps)",
+            _l2_eager_normalize,
+        ),
+        Impl(
+            "compile",
+            "compile",
+            "compile F.normalize",
+            "torch.compile(F.normalize(x, p=2, dim=dim, eps=eps), dynamic=False)",
+            _l2_compile,
+        ),
+        Impl(
+            "compile_norm",
+            "compile",
+            "compile x/norm",
+            "torch.compile(x / torch.norm(x, p=2, dim=dim, keepdim=True), dynamic=False)",
+            _l2_compile_norm,
+            grid=False,
+        ),
+        Impl("liger", "liger", "Liger", "Liger-Kernel", _liger_missing("l2_normalize")),
+    ),
+    fwd_bytes=lambda m, n, b: 2 * m * n * b,
+    fwdbwd_bytes=lambda m, n, b: 5 * m * n * b,
+    fwd_bytes_text="2·M·N·b (read x, write y)",
+    fwdbwd_bytes_text="5·M·N·b (fwd: read x, write y; bwd: read x, read dy, write dx)",
+    kwargs={"eps": 1e-12},
+    baseline="eager_normalize",
+    seeds=(
+        Seed(
+            "L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)",
+            "fwd",
+            (32768, 65535),
+            1,
+            torch.float32,
+            ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
+            {"eps": 0.0},
+            target_ms_h100=6.0,
+        ),
+        Seed(
+            "L2 normalize dim=1 fwd+bwd, 16384×65535 fp32",
+            "fwdbwd",
+            (16384, 65535),
+            1,
+            torch.float32,
+            ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
+            {"eps": 0.0},
+            target_ms_h100=8.0,
+        ),
+    ),
+)
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec in (L2_NORMALIZE,)}
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+
+class Timer:
+    """Median time of ``fn`` in ms, L2 flushed before every rep (do_bench's method).
+
+    On CUDA the time is taken with events around ``fn`` alone; ``pre`` (e.g. clearing grads)
+    runs before the start event. On CPU it is wall time (for smoke runs only).
+    """
+
+    def __init__(self, device: torch.device, flush_bytes: int | None = None) -> None:
+        self.device = device
+        if flush_bytes is None:
+            if device.type == "cuda":
+                l2 = torch.cuda.get_device_properties(device).L2_cache_size
+                flush_bytes = max(FLUSH_BYTES_MIN, 2 * l2)
+            else:
+                flush_bytes = 64 << 20
+        self.flush_bytes = flush_bytes
+        self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __call__(
+        self,
+        fn: Callable[[], Any],
+        pre: Callable[[], None] | None = None,
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        min_reps: int = 10,
+        max_reps: int = 1000,
+    ) -> tuple[float, int]:
+        pre = pre or (lambda: None)
+        pre()
+        fn()
+        self._sync()
+        # Estimate one rep (flush included) to size warm-up and rep counts.
+        n_est = 3
+        t0 = time.perf_counter()
+        for _ in range(n_est):
+            self._flush.zero_()
+            pre()
+            fn()
+        self._sync()
+        est_ms = max((time.perf_counter() - t0) * 1e3 / n_est, 1e-3)
+        n_warmup = max(1, min(int(warmup_ms / est_ms), 100))
+        n_reps = max(min_reps, min(int(rep_ms / est_ms), max_reps))
+        for _ in range(n_warmup):
+            pre()
+            fn()
+        if self.device.type == "cuda":
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_reps)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_reps)]
+            for i in range(n_reps):
+                self._flush.zero_()
+                pre()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            self._sync()
+            times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        else:
+            times = []
+            for _ in range(n_reps):
+                self._flush.zero_()
+                pre()
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times), n_reps
+
+
+def measure_copy_bandwidth(timer: Timer, nbytes: int, quick: bool = False) -> tuple[float, float]:
+    """Device-to-device copy of ``nbytes``: returns (GB/s counting bytes read + written, ms)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=timer.device)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    ms, _ = timer(lambda: dst.copy_(src), rep_ms=50.0 if quick else 200.0, min_reps=10)
+    return 2 * nbytes / (ms * 1e6), ms
+
+
+# --------------------------------------------------------------------------------------------
+# Correctness
+# --------------------------------------------------------------------------------------------
+
+
+def _as_tuple(out: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _row_chunks(shape: Sequence[int], dim: int) -> list[slice]:
+    """Slices along dim 0 that keep every reduced row whole (one slice when dim is 0)."""
+    if len(shape) < 2 or dim % len(shape) == 0 or shape[0] == 0:
+        return [slice(None)]
+    per_row = math.prod(shape[1:])
+    step = max(1, _CHUNK_ELEMS // max(per_row, 1))
+    return [slice(r, min(r + step, shape[0])) for r in range(0, shape[0], step)]
+
+
+class _ErrAcc:
+    """Accumulates ‖a − b‖² and ‖b‖² in float64 over chunks."""
+
+    def __init__(self) -> None:
+        self.num = 0.0
+        self.den = 0.0
+
+    def add(self, got: torch.Tensor, want: torch.Tensor) -> None:
+        want = want.detach().double()
+        self.num += torch.linalg.vector_norm(got.detach().double() - want).item() ** 2
+        self.den += torch.linalg.vector_norm(want).item() ** 2
+
+    def rel(self, floor: float = 0.0) -> float:
+        """‖a − b‖ / max(‖b‖, floor)."""
+        if math.isnan(self.num) or math.isnan(self.den):
+            return math.nan
+        den = max(math.sqrt(self.den), floor)
+        return math.sqrt(self.num) / den if den > 0 else math.sqrt(self.num)
+
+
+def check_impl(
+    spec: OpSpec,
+    fn: Fn,
+    inputs: Sequence[torch.Tensor],
+    dim: int,
+    kwargs: dict,
+    mode: str,
+    dys: Sequence[torch.Tensor] | None = None,
+) -> tuple[float, str]:
+    """Runs ``fn`` once and compares outputs (and, for fwdbwd, input gradients) with the
+    float64 reference. Returns (max relative error, per-tensor detail).
+
+    Each tensor's error is ‖out − ref‖/‖ref‖. A row-tensor gradient is divided by
+    max(‖ref‖, ‖dy‖·‖y‖/‖x‖) instead: that is the gradient's natural scale (the Jacobian of a
+    normalization scales like ‖y‖/‖x‖), so a gradient that is zero in exact arithmetic (a row
+    of one element) is judged against that scale, not against its own rounding noise.
+    """
+    x_shape = inputs[0].shape
+    diff = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+    grads: tuple[torch.Tensor | None, ...] = ()
+    if mode == "fwd":
+        with torch.no_grad():
+            outs = _as_tuple(fn(*inputs))
+    else:
+        # Fresh leaves, so the timed tensors' .grad is not touched.
+        leaves = [t.detach().requires_grad_(i in diff) for i, t in enumerate(inputs)]
+        outs = _as_tuple(fn(*leaves))
+        if dys is None:
+            raise ValueError("check_impl: fwdbwd needs dys")
+        grads = torch.autograd.grad(outs, [leaves[i] for i in diff], list(dys), allow_unused=True)
+        outs = tuple(o.detach() for o in outs)
+        del leaves
+    out_acc = [_ErrAcc() for _ in outs]
+    row_grad_acc = {j: _ErrAcc() for j, i in enumerate(diff) if inputs[i].shape == x_shape}
+    param_ref: dict[int, torch.Tensor] = {}
+    scale = {"dy": _ErrAcc(), "y": _ErrAcc(), "x": _ErrAcc()}  # only the .den sums are used
+
+    def pick(t: torch.Tensor, sl: slice) -> torch.Tensor:
+        return t[sl] if t.shape == x_shape else t
+
+    for sl in _row_chunks(x_shape, dim):
+        t64 = [
+            pick(t, sl).detach().double() if t.is_floating_point() else pick(t, sl) for t in inputs
+        ]
+        if mode == "fwd":
+            with torch.no_grad():
+                refs = _as_tuple(spec.reference(*t64, dim=dim, **kwargs))
+        else:
+            for i in diff:
+                t64[i].requires_grad_(True)
+            refs = _as_tuple(spec.reference(*t64, dim=dim, **kwargs))
+        if len(refs) != len(outs):
+            raise RuntimeError(f"{spec.name}: {len(outs)} outputs, reference gives {len(refs)}")
+        for acc, out, r in zip(out_acc, outs, refs, strict=True):
+            acc.add(pick(out, sl), r)
+        if mode != "fwd":
+            scale["y"].den += torch.linalg.vector_norm(refs[0].detach()).item() ** 2
+            scale["x"].den += torch.linalg.vector_norm(t64[0].detach()).item() ** 2
+            scale["dy"].den += sum(
+                torch.linalg.vector_norm(pick(d, sl).double()).item() ** 2 for d in dys
+            )
+        if mode != "fwd":
+            rgrads = torch.autograd.grad(
+                refs, [t64[i] for i in diff], [pick(d, sl).double() for d in dys]
+            )
+            for j in range(len(diff)):
+                if j in row_grad_acc:
+                    g = grads[j]
+                    row_grad_acc[j].add(
+                        pick(g, sl) if g is not None else torch.zeros_like(rgrads[j]), rgrads[j]
+                    )
+                else:  # parameter gradients are sums over rows: add up the chunks
+                    param_ref[j] = rgrads[j] if j not in param_ref else param_ref[j] + rgrads[j]
+        del t64, refs
+    errs: list[tuple[str, float]] = []
+    for k, acc in enumerate(out_acc):
+        errs.append(("out" if len(out_acc) == 1 else f"out{k}", acc.rel()))
+    for j, i in enumerate(diff):
+        name = "dx" if i == 0 else f"d{i}"
+        if j in row_grad_acc:
+            x_norm = math.sqrt(scale["x"].den)
+            floor = (math.sqrt(scale["dy"].den * scale["y"].den) / x_norm) if x_norm > 0 else 0.0
+            errs.append((name, row_grad_acc[j].rel(floor)))
+        elif j in param_ref:
+            acc = _ErrAcc()
+            g = grads[j]
+            acc.add(g if g is not None else torch.zeros_like(param_ref[j]), param_ref[j])
+            errs.append((name, acc.rel()))
+    worst = math.nan if any(math.isnan(e) for _, e in errs) else max(e for _, e in errs)
+    return worst, ", ".join(f"{n} {e:.1e}" for n, e in errs)
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations and results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Config:
+    spec: OpSpec
+    mode: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    dim: int
+    kwargs: dict
+    impls: tuple[Impl, ...]
+    workload: str = "grid"  # "grid", or the seed's title
+    seed: Seed | None = None
+
+    @property
+    def n(self) -> int:
+        return self.shape[self.dim]
+
+    @property
+    def m(self) -> int:
+        return math.prod(self.shape) // max(self.n, 1)
+
+    @property
+    def elem(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        f = self.spec.fwd_bytes if self.mode == "fwd" else self.spec.fwdbwd_bytes
+        return f(self.m, self.n, self.elem)
+
+    def describe(self) -> str:
+        shape = "×".join(str(s) for s in self.shape)
+        return f"{self.spec.name} {self.mode} {SHORT_DTYPE[self.dtype]} {shape} dim={self.dim}"
+
+
+@dataclasses.dataclass
+class Result:
+    op: str
+    mode: str
+    dtype: str  # torch name: float32, bfloat16, ...
+    M: int
+    N: int
+    impl: str
+    ms: float | None
+    gbps: float | None
+    pct: float | None
+    nbytes: int
+    rel_err: float | None
+    status: str  # ok | FAIL | error | skipped
+    workload: str = "grid"
+    note: str = ""
+
+    def csv_row(self) -> dict:
+        def fmt(v: float | None, spec: str) -> str:
+            return "" if v is None else format(v, spec)
+
+        return {
+            "op": self.op,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "M": self.M,
+            "N": self.N,
+            "impl": self.impl,
+            "ms": fmt(self.ms, ".5f"),
+            "GB/s": fmt(self.gbps, ".1f"),
+            "pct_of_copy": fmt(self.pct, ".1f"),
+            "bytes": self.nbytes,
+            "rel_err": fmt(self.rel_err, ".2e"),
+            "status": self.status,
+            "workload": self.workload,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_csv_row(cls, row: dict) -> Result:
+        def num(key: str, kind: type = float):
+            return kind(row[key]) if row.get(key, "") != "" else None
+
+        return cls(
+            op=row["op"],
+            mode=row["mode"],
+            dtype=row["dtype"],
+            M=int(row["M"]),
+            N=int(row["N"]),
+            impl=row["impl"],
+            ms=num("ms"),
+            gbps=num("GB/s"),
+            pct=num("pct_of_copy"),
+            nbytes=int(row["bytes"]),
+            rel_err=num("rel_err"),
+            status=row["status"],
+            workload=row.get("workload", "grid"),
+            note=row.get("note", ""),
+        )
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """What the report says about the run besides the results."""
+
+    device_name: str
+    copy_gbps: float | None
+    command: str
+    started: str
+    torch_version: str = torch.__version__
+    cuda_version: str | None = torch.version.cuda
+    build: dict = dataclasses.field(default_factory=dict)
+    flush_bytes: int = 0
+    copy_bytes: int = COPY_BYTES_CUDA
+    timer: str = "CUDA events around the op alone"
+    duration_s: float = 0.0
+    notes: list[str] = dataclasses.field(default_factory=list)
+    ops: list[str] = dataclasses.field(default_factory=list)
+
+
+def grid_shape(n: int, elems: int) -> tuple[int, int]:
+    """M × N with M·N ≥ elems (M = ceil(elems / N))."""
+    return (max(-(-elems // n), 1), n)
+
+
+def build_configs(args: argparse.Namespace, specs: Sequence[OpSpec]) -> list[Config]:
+    configs: list[Config] = []
+    for spec in specs:
+        if args.seeds:
+            for seed in spec.seeds:
+                if seed.mode not in args.modes:
+                    continue
+                impls = tuple(
+                    spec.impl(n) for n in seed.impls if _selected(spec.impl(n), args.impls, True)
+                )
+                if impls:
+                    kw = {**spec.kwargs, **seed.kwargs}
+                    configs.append(
+                        Config(
+                            spec,
+                            seed.mode,
+                            seed.dtype,
+                            seed.shape,
+                            seed.dim,
+                            kw,
+                            impls,
+                            seed.title,
+                            seed,
+                        )
+                    )
+        impls = tuple(i for i in spec.impls if _selected(i, args.impls, False))
+        if args.seeds_only or not impls:
+            continue
+        for mode in args.modes:
+            for dtype in args.dtypes:
+                for n in args.ns:
+                    configs.append(
+                        Config(
+                            spec,
+                            mode,
+                            dtype,
+                            grid_shape(n, args.elems),
+                            -1,
+                            dict(spec.kwargs),
+                            impls,
+                        )
+                    )
+    return configs
+
+
+def _selected(impl: Impl, wanted: Sequence[str], seed: bool) -> bool:
+    if impl.name in wanted:
+        return True
+    return impl.family in wanted and (impl.grid or seed)
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (e.g. from `timeout`): stop, but still write what was measured."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _is_fatal_device_error(err: BaseException) -> bool:
+    """A sticky CUDA error (illegal address, ...) poisons the context: nothing after it runs."""
+    accel = getattr(torch, "AcceleratorError", None)
+    if accel is not None and isinstance(err, accel):
+        return True
+    text = str(err)
+    return "CUDA error" in text and "out of memory" not in text
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def _estimated_bytes(cfg: Config) -> int:
+    """Device memory a configuration needs: its tensors, the eager peers' temporaries, and
+    the float64 reference chunks."""
+    x = math.prod(cfg.shape) * cfg.elem
+    copies = 4 if cfg.mode == "fwd" else 9  # fwd: x, y, temps; fwdbwd: x, dy, y, dx, temps
+    return copies * x + 6 * _CHUNK_ELEMS * 8
+
+
+def _fits(cfg: Config, device: torch.device, max_mem_gb: float | None) -> str | None:
+    need = _estimated_bytes(cfg)
+    if max_mem_gb is not None and need > max_mem_gb * 1e9:
+        return f"needs ~{need / 1e9:.1f} GB > --max-mem-gb {max_mem_gb:g}"
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if need > 0.95 * free:
+            return f"needs ~{need / 1e9:.1f} GB, {free / 1e9:.1f} GB free"
+    return None
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, device: torch.device, info: RunInfo) -> None:
+        self.args = args
+        self.device = device
+        self.info = info
+        self.results: list[Result] = []
+        self.timer: Timer | None = None
+        self.t0 = time.monotonic()
+        self.aborted: str | None = None
+        self.unavailable: dict[tuple[str, str], str] = {}
+        self._csv_file = None
+        self._csv = None
+
+    # -- output ----------------------------------------------------------------------------
+    def open_csv(self, path: str) -> None:
+        self._csv_file = open(path, "w", newline="")  # noqa: SIM115  (closed in close_csv)
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS)
+        self._csv.writeheader()
+        self._csv_file.flush()
+
+    def close_csv(self) -> None:
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = None
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        if self._csv is not None:
+            self._csv.writerow(result.csv_row())
+            self._csv_file.flush()
+
+    # -- the loop --------------------------------------------------------------------------
+    def remaining_s(self) -> float:
+        if self.args.time_budget is None:
+            return math.inf
+        return self.args.time_budget - (time.monotonic() - self.t0)
+
+    def run(self, configs: list[Config]) -> None:
+        total = sum(len(c.impls) for c in configs)
+        width = len(str(total))
+        done = 0
+        for cfg in configs:
+            if self.aborted:
+                reason = self.aborted
+            elif self.remaining_s() < self.args.reserve_s:
+                reason = "time budget exhausted"
+            else:
+                reason = _fits(cfg, self.device, self.args.max_mem_gb)
+            if reason:
+                for impl in cfg.impls:
+                    done += 1
+                    self._skip(cfg, impl, reason)
+                print(f"[{done:>{width}}/{total}] skip {cfg.describe()}: {reason}", flush=True)
+                continue
+            try:
+                done = self._run_config(cfg, done, total, width)
+            except torch.cuda.OutOfMemoryError as err:
+                msg = "out of memory: " + str(err).splitlines()[0][:120]
+                done = self._skip_rest(cfg, msg, done)
+                print(f"    skip rest of {cfg.describe()}: {msg}", flush=True)
+            finally:
+                _free(self.device)
+
+    def _skip(self, cfg: Config, impl: Impl, reason: str) -> None:
+        self.add(self._result(cfg, impl, None, None, "skipped", reason))
+
+    def _skip_rest(self, cfg: Config, reason: str, done: int) -> int:
+        have = {(r.impl) for r in self.results if self._same(r, cfg)}
+        for impl in cfg.impls:
+            if impl.name not in have:
+                done += 1
+                self._skip(cfg, impl, reason)
+        return done
+
+    @staticmethod
+    def _same(r: Result, cfg: Config) -> bool:
+        return (r.op, r.mode, r.dtype, r.M, r.N, r.workload) == (
+            cfg.spec.name,
+            cfg.mode,
+            str(cfg.dtype).removeprefix("torch."),
+            cfg.m,
+            cfg.n,
+            cfg.workload,
+        )
+
+    def _result(
+        self,
+        cfg: Config,
+        impl: Impl,
+        ms: float | None,
+        err: float | None,
+        status: str,
+        note: str = "",
+    ) -> Result:
+        gbps = cfg.nbytes / (ms * 1e6) if ms else None
+        copy = self.info.copy_gbps
+        pct = 100.0 * gbps / copy if gbps and copy else None
+        return Result(
+            op=cfg.spec.name,
+            mode=cfg.mode,
+            dtype=str(cfg.dtype).removeprefix("torch."),
+            M=cfg.m,
+            N=cfg.n,
+            impl=impl.name,
+            ms=ms,
+            gbps=gbps,
+            pct=pct,
+            nbytes=cfg.nbytes,
+            rel_err=err,
+            status=status,
+            workload=cfg.workload,
+            note=note,
+        )
+
+    def _run_config(self, cfg: Config, done: int, total: int, width: int) -> int:
+        args = self.args
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(args.seed)
+        inputs = cfg.spec.make_inputs(cfg.shape, cfg.dim, cfg.dtype, self.device, gen)
+        dys: list[torch.Tensor] | None = None
+        tol = TOLERANCE[cfg.dtype]
+        for impl in cfg.impls:
+            done += 1
+            tag = f"[{done:>{width}}/{total}] {cfg.describe()} {impl.name}"
+            if self.aborted:
+                self._skip(cfg, impl, self.aborted)
+                continue
+            if self.remaining_s() < self.args.reserve_s:
+                self._skip(cfg, impl, "time budget exhausted")
+                print(f"{tag}: skipped (time budget)", flush=True)
+                continue
+            try:
+                fn = impl.make(cfg.dim, cfg.kwargs)
+            except Unavailable as why:
+                key = (cfg.spec.name, impl.name)
+                if key not in self.unavailable:
+                    self.unavailable[key] = str(why)
+                    print(f"{tag}: unavailable ({why})", flush=True)
+                done -= 1
+                continue
+            if cfg.mode == "fwdbwd" and dys is None:
+                x = inputs[0]
+                dys = [
+                    torch.randn(x.shape, dtype=x.dtype, device=self.device, generator=gen)
+                    for _ in range(cfg.spec.n_outputs)
+                ]
+            try:
+                err, detail = check_impl(cfg.spec, fn, inputs, cfg.dim, cfg.kwargs, cfg.mode, dys)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001  (reported, not hidden)
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                self.add(self._result(cfg, impl, None, None, "error", msg))
+                print(f"{tag}: ERROR {msg}", flush=True)
+                if _is_fatal_device_error(exc):
+                    self.aborted = f"aborted after a CUDA error in {impl.name}"
+                    print(f"    {self.aborted}: nothing more can run in this process", flush=True)
+                continue
+            passed = err <= tol  # False for NaN
+            if not passed and not args.time_failing:
+                self.add(self._result(cfg, impl, None, err, "FAIL", f"tol {tol:.0e}: {detail}"))
+                print(f"{tag}: FAIL rel err {detail} (tol {tol:.0e}); not timed", flush=True)
+                continue
+            try:
+                ms = self._time(cfg, fn, inputs, dys)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                self.add(self._result(cfg, impl, None, err, "error", "timing: " + msg))
+                print(f"{tag}: ERROR while timing: {msg}", flush=True)
+                if _is_fatal_device_error(exc):
+                    self.aborted = f"aborted after a CUDA error in {impl.name}"
+                continue
+            status = "ok" if passed else "FAIL"
+            note = "" if passed else f"tol {tol:.0e}: {detail}"
+            res = self._result(cfg, impl, ms, err, status, note)
+            self.add(res)
+            pct = f" ({res.pct:.0f}%)" if res.pct is not None else ""
+            flag = "" if passed else f"  FAIL rel err {detail}"
+            print(f"{tag}: {ms:.4f} ms {res.gbps:.0f} GB/s{pct} err {err:.1e}{flag}", flush=True)
+        del inputs, dys
+        return done
+
+    def _time(
+        self, cfg: Config, fn: Fn, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
+    ) -> float:
+        args = self.args
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        kw = {"warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "min_reps": args.min_reps}
+        if cfg.mode == "fwd":
+
+            def step() -> None:
+                fn(*inputs)
+
+            with torch.no_grad():
+                ms, _ = self.timer(step, **kw)
+            return ms
+        diff = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+        leaves = [t.detach().requires_grad_(i in diff) for i, t in enumerate(inputs)]
+        grad_leaves = [leaves[i] for i in diff]
+
+        def pre() -> None:
+            for t in grad_leaves:
+                t.grad = None  # no accumulation kernel inside the timed region
+
+        def step() -> None:
+            torch.autograd.backward(_as_tuple(fn(*leaves)), dys)
+
+        ms, _ = self.timer(step, pre=pre, **kw)
+        pre()
+        return ms
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+
+def _short(dtype_name: str) -> str:
+    return SHORT_DTYPE.get(getattr(torch, dtype_name, None), dtype_name)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _cell(r: Result | None) -> str:
+    if r is None:
+        return "—"
+    if r.status == "ok":
+        return f"{_num(r.gbps)} ({r.pct:.0f}%)" if r.pct is not None else _num(r.gbps)
+    if r.status == "FAIL":
+        err = f"err {r.rel_err:.0e}" if r.rel_err is not None else ""
+        timed = f", {_num(r.gbps)} GB/s" if r.gbps else ""
+        return f"FAIL ({err}{timed})"
+    return r.status
+
+
+def _ms_cell(r: Result | None) -> str:
+    if r is None:
+        return "—"
+    if r.status == "ok":
+        return f"{r.ms:.2f} ({r.pct:.0f}%)" if r.pct is not None else f"{r.ms:.2f}"
+    return _cell(r)
+
+
+def _impl_meta(op: str) -> dict[str, Impl]:
+    spec = OPS.get(op)
+    return {i.name: i for i in spec.impls} if spec else {}
+
+
+def _ordered_impls(op: str, results: Sequence[Result]) -> list[str]:
+    present = {r.impl for r in results}
+    order = [i.name for i in OPS[op].impls] if op in OPS else []
+    return [n for n in order if n in present] + sorted(present - set(order))
+
+
+def _speedup(ours: Result | None, peers: Sequence[Result]) -> tuple[str, str]:
+    ok = [p for p in peers if p.status == "ok" and p.ms]
+    if not ok:
+        return "—", "—"
+    best = min(ok, key=lambda p: p.ms)
+    label = _impl_meta(best.op).get(best.impl)
+    best_txt = f"{label.label if label else best.impl} {_num(best.gbps)}"
+    if ours is None or ours.status != "ok" or not ours.ms:
+        return best_txt, "—"
+    return best_txt, f"{best.ms / ours.ms:.2f}×"
+
+
+def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
+    lines = [f"# rownorm benchmark — {info.device_name}", ""]
+    build = info.build
+    copy = f"**{info.copy_gbps:.0f} GB/s**" if info.copy_gbps else "not measured"
+    lines += [
+        f"- command: `{info.command}`",
+        f"- started {info.started}, took {info.duration_s:.0f} s; torch {info.torch_version}, "
+        f"CUDA {info.cuda_version}; rownorm {build.get('version', '?')} "
+        f"rev {build.get('revision', '?')} (arch {build.get('arch_list', '?')})",
+        f"- copy limit: {copy} (`dst.copy_(src)` of {_size(info.copy_bytes)}, bytes read + "
+        "written, same run)",
+        f"- time: median over reps, {info.timer}; the cache flushed before every rep by "
+        f"writing {_size(info.flush_bytes)}",
+        "- every implementation checked against the float64 reference first "
+        "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16; outputs and input gradients); "
+        "a failing one is shown as FAIL",
+        "- cells: GB/s (% of copy limit) from the byte formula; b = bytes per element",
+        "",
+    ]
+    ops = list(dict.fromkeys(r.op for r in results))
+    for op in ops:
+        op_rows = [r for r in results if r.op == op]
+        spec = OPS.get(op)
+        meta = _impl_meta(op)
+        grid = [r for r in op_rows if r.workload == "grid"]
+        for mode in dict.fromkeys(r.mode for r in grid):
+            rows = [r for r in grid if r.mode == mode]
+            impls = _ordered_impls(op, rows)
+            formula = ""
+            if spec:
+                formula = spec.fwd_bytes_text if mode == "fwd" else spec.fwdbwd_bytes_text
+            title = "forward" if mode == "fwd" else "forward + backward"
+            lines += [f"## {op} — {title}", "", f"bytes = {formula}", ""]
+            heads = [meta[i].label if i in meta else i for i in impls]
+            lines.append("| N | dtype | M | " + " | ".join(heads) + " | best peer | vs best |")
+            lines.append("|---:|---|---:|" + "---|" * len(impls) + "---|---:|")
+            keys = list(dict.fromkeys((r.N, r.dtype, r.M) for r in rows))
+            dt_order = list(dict.fromkeys(r.dtype for r in rows))
+            keys.sort(key=lambda k: (dt_order.index(k[1]), k[0]))
+            for n, dt, m in keys:
+                by = {r.impl: r for r in rows if (r.N, r.dtype, r.M) == (n, dt, m)}
+                ours = next(
+                    (
+                        by[i]
+                        for i in impls
+                        if meta.get(i) and meta[i].family == "rownorm" and i in by
+                    ),
+                    None,
+                )
+                peers = [
+                    r for i, r in by.items() if not (meta.get(i) and meta[i].family == "rownorm")
+                ]
+                best, vs = _speedup(ours, peers)
+                cells = [_cell(by.get(i)) for i in impls]
+                lines.append(
+                    f"| {n} | {_short(dt)} | {m} | " + " | ".join(cells) + f" | {best} | {vs} |"
+                )
+            lines.append("")
+        seeds = [r for r in op_rows if r.workload != "grid"]
+        if seeds:
+            lines += [f"## {op} — the seeds' workloads (ms, % of copy limit)", ""]
+            impls = _ordered_impls(op, seeds)
+            heads = [meta[i].label if i in meta else i for i in impls]
+            lines.append(
+                "| workload | copy limit | "
+                + " | ".join(heads)
+                + " | target (H100) | vs best peer |"
+            )
+            lines.append("|---|---:|" + "---:|" * len(impls) + "---:|---:|")
+            targets = {s.title: s.target_ms_h100 for s in spec.seeds} if spec else {}
+            for wl in dict.fromkeys(r.workload for r in seeds):
+                by = {r.impl: r for r in seeds if r.workload == wl}
+                any_r = next(iter(by.values()))
+                limit = f"{any_r.nbytes / (info.copy_gbps * 1e6):.2f}" if info.copy_gbps else "—"
+                ours = next(
+                    (r for i, r in by.items() if meta.get(i) and meta[i].family == "rownorm"), None
+                )
+                peers = [
+                    r for i, r in by.items() if not (meta.get(i) and meta[i].family == "rownorm")
+                ]
+                ok = [p for p in peers if p.status == "ok" and p.ms]
+                vs = (
+                    f"{min(p.ms for p in ok) / ours.ms:.2f}×"
+                    if ok and ours and ours.status == "ok" and ours.ms
+                    else "—"
+                )
+                tgt = targets.get(wl)
+                lines.append(
+                    f"| {wl} | {limit} | "
+                    + " | ".join(_ms_cell(by.get(i)) for i in impls)
+                    + f" | {f'≤ {tgt:.1f}' if tgt else '—'} | {vs} |"
+                )
+            lines.append("")
+        if meta:
+            lines += ["Implementations:", ""]
+            for i in _ordered_impls(op, op_rows):
+                if i in meta:
+                    lines.append(f"- {meta[i].label}: `{meta[i].expr}`")
+            lines.append("")
+    problems = [r for r in results if r.status != "ok"]
+    if problems or info.notes:
+        lines += ["## Notes", ""]
+        lines += [f"- {n}" for n in info.notes]
+        for r in problems:
+            where = f"{r.op} {r.mode} {_short(r.dtype)} M={r.M} N={r.N}"
+            if r.workload != "grid":
+                where += f" [{r.workload}]"
+            lines.append(f"- {where} {r.impl}: {r.status}" + (f" — {r.note}" if r.note else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[str]:
+    """One PNG per op: GB/s vs N, one line per implementation, one panel per mode × dtype."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not importable: no plots written", flush=True)
+        return []
+    written = []
+    for op in dict.fromkeys(r.op for r in results):
+        rows = [r for r in results if r.op == op and r.workload == "grid"]
+        if not rows:
+            continue
+        meta = _impl_meta(op)
+        modes = list(dict.fromkeys(r.mode for r in rows))
+        dtypes = list(dict.fromkeys(r.dtype for r in rows))
+        fig, axes = plt.subplots(
+            len(modes), len(dtypes), figsize=(6.5 * len(dtypes), 4.2 * len(modes)), squeeze=False
+        )
+        for a, mode in enumerate(modes):
+            for b, dt in enumerate(dtypes):
+                ax = axes[a][b]
+                sub = [r for r in rows if r.mode == mode and r.dtype == dt]
+                for impl in _ordered_impls(op, sub):
+                    pts = sorted(
+                        (r.N, r.gbps) for r in sub if r.impl == impl and r.gbps and r.status == "ok"
+                    )
+                    if not pts:
+                        continue
+                    is_ours = meta.get(impl) and meta[impl].family == "rownorm"
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        linewidth=2.5 if is_ours else 1.3,
+                        label=meta[impl].label if impl in meta else impl,
+                    )
+                if info.copy_gbps:
+                    ax.axhline(
+                        info.copy_gbps,
+                        color="black",
+                        linestyle="--",
+                        linewidth=1,
+                        label=f"copy limit {info.copy_gbps:.0f}",
+                    )
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("N (row length)")
+                ax.set_ylabel("GB/s")
+                ax.set_ylim(bottom=0)
+                ax.set_title(f"{op} {'fwd' if mode == 'fwd' else 'fwd+bwd'} {_short(dt)}")
+                ax.grid(True, alpha=0.3)
+                ax.legend(fontsize=8, loc="lower right")
+        fig.suptitle(f"rownorm {op} — {info.device_name}", fontsize=11)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{op}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_reports(
+    results: Sequence[Result],
+    info: RunInfo,
+    out_dir: str,
+    command_file: bool = True,
+    csv_path: str | None = None,
+) -> list[str]:
+    """Writes results.md, the plots and COMMAND.txt (and results.csv unless it was streamed)."""
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    if csv_path is None:
+        csv_path = os.path.join(out_dir, "results.csv")
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            for r in results:
+                w.writerow(r.csv_row())
+    written.append(csv_path)
+    md = os.path.join(out_dir, "results.md")
+    with open(md, "w") as f:
+        f.write(render_markdown(results, info))
+    written.append(md)
+    written += write_plots(results, info, out_dir)
+    if command_file:
+        path = os.path.join(out_dir, "COMMAND.txt")
+        with open(path, "w") as f:
+            f.write(info.command + "\n")
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def device_slug(device: torch.device) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; the results folder name."""
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device)
+    m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Za-z]?)\b", name.replace("NVIDIA", ""))
+    if m:
+        return m.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def _csv_list(kind: Callable[[str], Any]) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        try:
+            return [kind(t.strip()) for t in text.split(",") if t.strip()]
+        except (ValueError, KeyError) as err:
+            raise argparse.ArgumentTypeError(f"bad value in {text!r}: {err}") from err
+
+    return parse
+
+
+def _dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPE_ALIASES[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r} (one of {', '.join(DTYPE_ALIASES)})") from None
+
+
+def _int_expr(text: str) -> int:
+    """'65536', '2**16', '1<<16' or '64k'."""
+    t = text.lower().replace("_", "")
+    if re.fullmatch(r"\d+", t):
+        return int(t)
+    if m := re.fullmatch(r"(\d+)\*\*(\d+)", t):
+        return int(m.group(1)) ** int(m.group(2))
+    if m := re.fullmatch(r"(\d+)<<(\d+)", t):
+        return int(m.group(1)) << int(m.group(2))
+    if m := re.fullmatch(r"(\d+)([km])", t):
+        return int(m.group(1)) * (1024 if m.group(2) == "k" else 1024 * 1024)
+    raise ValueError(f"not an integer: {text!r}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m rownorm.bench",
+        description="Bandwidth benchmark of the rownorm ops against eager PyTorch, "
+        "torch.compile and Liger (correctness checked first).",
+    )
+    p.add_argument(
+        "--ops",
+        type=_csv_list(str),
+        default=None,
+        help=f"ops to run (default: all: {','.join(OPS)})",
+    )
+    p.add_argument(
+        "--dtypes",
+        type=_csv_list(_dtype),
+        default=None,
+        help="dtypes of the grid (default float32,bfloat16)",
+    )
+    p.add_argument(
+        "--ns",
+        type=_csv_list(_int_expr),
+        default=None,
+        help=f"row lengths N (default {','.join(map(str, GRID_NS))}; "
+        f"--quick: {','.join(map(str, QUICK_NS))})",
+    )
+    p.add_argument(
+        "--modes", type=_csv_list(str), default=list(MODES), help="fwd and/or fwdbwd (default both)"
+    )
+    p.add_argument(
+        "--impls",
+        type=_csv_list(str),
+        default=["rownorm", "eager", "compile", "liger"],
+        help="families (rownorm,eager,compile,liger) or implementation names "
+        "(e.g. compile_norm); default all families",
+    )
+    p.add_argument(
+        "--elems",
+        type=_int_expr,
+        default=None,
+        help="M·N elements per grid point (default 2**28; --quick 2**26); M = ceil(elems / N)",
+    )
+    p.add_argument("--out", default=None, help="output folder (default benchmarks/results/<gpu>)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small grid (N 1024,4096,65535; 2**26 elements), short timing, no seeds",
+    )
+    p.add_argument(
+        "--seeds",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the seeds' workloads (default: on, off with --quick)",
+    )
+    p.add_argument("--seeds-only", action="store_true", help="only the seeds' workloads")
+    p.add_argument("--device", default=None, help="cuda (default when available), cuda:1, cpu")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop starting new measurements after S seconds (results so far written)",
+    )
+    p.add_argument(
+        "--reserve-s",
+        type=float,
+        default=10.0,
+        help="with --time-budget: do not start a measurement with less than this left",
+    )
+    p.add_argument("--warmup-ms", type=float, default=None, help="warm-up time per measurement")
+    p.add_argument("--rep-ms", type=float, default=None, help="timed time per measurement")
+    p.add_argument("--min-reps", type=int, default=10, help="at least this many timed reps")
+    p.add_argument(
+        "--max-mem-gb",
+        type=float,
+        default=None,
+        help="skip configurations estimated to need more device memory",
+    )
+    p.add_argument(
+        "--time-failing",
+        action="store_true",
+        help="also time implementations that fail the correctness check",
+    )
+    p.add_argument(
+        "--command-file",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write COMMAND.txt beside the results (default on)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    p.add_argument("--list", action="store_true", help="list ops and implementations, then exit")
+    args = p.parse_args(argv)
+
+    args.ops = args.ops or list(OPS)
+    for op in args.ops:
+        if op not in OPS:
+            p.error(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    for mode in args.modes:
+        if mode not in MODES:
+            p.error(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    known = {"rownorm", "eager", "compile", "liger"} | {
+        i.name for s in OPS.values() for i in s.impls
+    }
+    for name in args.impls:
+        if name not in known:
+            p.error(f"unknown implementation {name!r}; known: {', '.join(sorted(known))}")
+    args.dtypes = args.dtypes or [torch.float32, torch.bfloat16]
+    args.ns = args.ns or list(QUICK_NS if args.quick else GRID_NS)
+    if any(n < 1 for n in args.ns):
+        p.error("--ns: every N must be >= 1")
+    args.elems = args.elems or (QUICK_ELEMS if args.quick else GRID_ELEMS)
+    if args.seeds is None:
+        args.seeds = not args.quick or args.seeds_only
+    if args.seeds_only:
+        args.seeds = True
+    if args.warmup_ms is None:
+        args.warmup_ms = 10.0 if args.quick else 25.0
+    if args.rep_ms is None:
+        args.rep_ms = 40.0 if args.quick else 100.0
+    return args
+
+
+def _command_line(argv: Sequence[str] | None) -> str:
+    args = list(sys.argv[1:] if argv is None else argv)
+    return "python -m rownorm.bench " + " ".join(shlex.quote(a) for a in args)
+
+
+def list_ops() -> str:
+    lines = []
+    for spec in OPS.values():
+        lines.append(
+            f"{spec.name}  (fwd bytes {spec.fwd_bytes_text}; fwd+bwd bytes "
+            f"{spec.fwdbwd_bytes_text})"
+        )
+        for i in spec.impls:
+            extra = "" if i.grid else "  [seeds / when named]"
+            lines.append(f"  {i.name:<16} {i.family:<8} {i.expr}{extra}")
+        for s in spec.seeds:
+            lines.append(f"  seed: {s.title} ({s.mode})")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        print(list_ops())
+        return 0
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cpu":
+        print(
+            "warning: no CUDA device; timing on the CPU with wall time (smoke runs only)",
+            flush=True,
+        )
+    out_dir = args.out or os.path.join("benchmarks", "results", device_slug(device))
+    os.makedirs(out_dir, exist_ok=True)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    info = RunInfo(
+        device_name=name,
+        copy_gbps=None,
+        command=command or _command_line(argv),
+        started=datetime.datetime.now().isoformat(timespec="seconds"),
+        build=build_info(),
+        ops=list(args.ops),
+    )
+    specs = [OPS[o] for o in args.ops]
+    configs = build_configs(args, specs)
+    n_meas = sum(len(c.impls) for c in configs)
+    print(
+        f"rownorm.bench on {name}: {len(configs)} configurations, {n_meas} measurements "
+        f"-> {out_dir}",
+        flush=True,
+    )
+    runner = Runner(args, device, info)
+    runner.open_csv(os.path.join(out_dir, "results.csv"))
+    old_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupted = False
+    t0 = time.monotonic()
+    try:
+        runner.timer = Timer(device)
+        info.flush_bytes = runner.timer.flush_bytes
+        nbytes = COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU
+        info.copy_bytes = nbytes
+        if device.type != "cuda":
+            info.timer = "wall time (CPU)"
+        info.copy_gbps, copy_ms = measure_copy_bandwidth(runner.timer, nbytes, args.quick)
+        print(
+            f"copy limit: {info.copy_gbps:.0f} GB/s ({nbytes >> 20} MiB copy in {copy_ms:.3f} ms)",
+            flush=True,
+        )
+        _free(device)
+        runner.run(configs)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: writing the results measured so far", flush=True)
+        info.notes.append("run interrupted (SIGTERM or Ctrl-C): later measurements missing")
+    finally:
+        signal.signal(signal.SIGTERM, old_handler)
+        runner.close_csv()
+        info.duration_s = time.monotonic() - t0
+        for (op, impl), why in runner.unavailable.items():
+            info.notes.append(f"{op} {impl}: not run ({why})")
+        if runner.aborted:
+            info.notes.append(runner.aborted)
+        if device.type == "cpu":
+            info.notes.append("CPU wall-time smoke run: the numbers say nothing about GPUs")
+        paths = write_reports(
+            runner.results,
+            info,
+            out_dir,
+            args.command_file,
+            csv_path=os.path.join(out_dir, "results.csv"),
+        )
+        print("wrote " + ", ".join(paths), flush=True)
+    bad = [
+        r
+        for r in runner.results
+        if r.status in ("FAIL", "error")
+        and _impl_meta(r.op).get(r.impl)
+        and _impl_meta(r.op)[r.impl].family == "rownorm"
+    ]
+    peers_bad = [r for r in runner.results if r.status in ("FAIL", "error") and r not in bad]
+    if peers_bad:
+        print(
+            f"{len(peers_bad)} peer measurement(s) failed or errored (see results.md Notes)",
+            flush=True,
+        )
+    if bad:
+        print(f"rownorm FAILED {len(bad)} check(s):", flush=True)
+        for r in bad:
+            print(f"  {r.op} {r.mode} {r.dtype} M={r.M} N={r.N}: {r.status} {r.note}", flush=True)
+        return 1
+    return 143 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

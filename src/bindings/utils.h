@@ -1,0 +1,179 @@
+// Shared helpers of the bindings: argument checks with messages naming the argument, the
+// row view of a tensor, dtype dispatch, the current CUDA stream and launch-error checks.
+// Only the LibTorch stable ABI is used here (torch/csrc/stable, torch/headeronly).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/common/types.cuh"
+
+namespace rownorm {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+#define ROWNORM_CHECK(cond, ...) STD_TORCH_CHECK(cond, __VA_ARGS__)
+
+inline std::string DtypeName(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return "float32";
+    case ScalarType::Double: return "float64";
+    case ScalarType::Half: return "float16";
+    case ScalarType::BFloat16: return "bfloat16";
+    case ScalarType::Long: return "int64";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Short: return "int16";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
+    default: return "dtype #" + std::to_string(static_cast<int>(t));
+  }
+}
+
+inline std::string ShapeString(const Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+inline void CheckFloating(const char* op, const char* name, const Tensor& t) {
+  const ScalarType st = t.scalar_type();
+  ROWNORM_CHECK(st == ScalarType::Float || st == ScalarType::Double ||
+                    st == ScalarType::Half || st == ScalarType::BFloat16,
+                op, ": ", name, " must be float32, float16, bfloat16 or float64, got ",
+                DtypeName(st));
+}
+
+// Checks x and dim for a reduction over one dimension; returns dim wrapped to [0, x.dim()).
+inline int64_t CheckRowwiseInput(const char* op, const Tensor& x, int64_t dim) {
+  CheckFloating(op, "x", x);
+  ROWNORM_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a 0-d tensor");
+  ROWNORM_CHECK(dim >= -x.dim() && dim < x.dim(), op, ": dim must be in [", -x.dim(), ", ",
+                x.dim() - 1, "] for a ", x.dim(), "-d x, got ", dim);
+  return dim < 0 ? dim + x.dim() : dim;
+}
+
+inline void CheckEps(const char* op, double eps) {
+  ROWNORM_CHECK(eps >= 0, op, ": eps must be >= 0, got ", eps);
+}
+
+// `other` (named `name`) must match x in shape, dtype and device.
+inline void CheckLike(const char* op, const char* name, const Tensor& other, const Tensor& x) {
+  ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on x's device (",
+                x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
+                other.is_cuda() ? "cuda:" + std::to_string(other.get_device_index()) : "cpu");
+  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name,
+                " must have x's dtype ", DtypeName(x.scalar_type()), ", got ",
+                DtypeName(other.scalar_type()));
+  bool same = other.dim() == x.dim();
+  for (int64_t i = 0; same && i < x.dim(); ++i) same = other.size(i) == x.size(i);
+  ROWNORM_CHECK(same, op, ": ", name, " must have x's shape ", ShapeString(x), ", got ",
+                ShapeString(other));
+}
+
+// A tensor seen as `rows` rows of `n` unit-stride elements, row r at offset r * row_stride,
+// rows in the row-major order of the other dims (the order of a contiguous output).
+struct RowView {
+  bool ok = false;
+  int64_t rows = 0;
+  int64_t n = 0;
+  int64_t row_stride = 0;
+};
+
+inline RowView TryRowView(const Tensor& t, int64_t dim) {
+  RowView v;
+  v.n = t.size(dim);
+  for (int64_t i = dim + 1; i < t.dim(); ++i) {
+    if (t.size(i) != 1) return v;  // dim is not innermost: the strided-dim path
+  }
+  if (v.n > 1 && t.stride(dim) != 1) return v;
+  v.rows = 1;
+  int64_t prev = -1;  // innermost non-trivial other dim seen so far (walking outward)
+  for (int64_t i = dim - 1; i >= 0; --i) {
+    v.rows *= t.size(i);
+    if (t.size(i) == 1) continue;
+    if (prev < 0) {
+      v.row_stride = t.stride(i);
+    } else if (t.stride(i) != t.stride(prev) * t.size(prev)) {
+      return v;  // the other dims do not collapse into one uniformly strided row index
+    }
+    prev = i;
+  }
+  if (prev < 0) v.row_stride = v.n;
+  v.ok = true;
+  return v;
+}
+
+inline Tensor Contiguous(const Tensor& t) {
+  return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
+// (outer, d, inner) sizes of a reduction over `dim` of a contiguous tensor.
+struct ColumnShape {
+  int64_t outer = 1;
+  int64_t d = 1;
+  int64_t inner = 1;
+};
+
+inline ColumnShape ColumnShapeOf(const Tensor& t, int64_t dim) {
+  ColumnShape s;
+  for (int64_t i = 0; i < dim; ++i) s.outer *= t.size(i);
+  s.d = t.size(dim);
+  for (int64_t i = dim + 1; i < t.dim(); ++i) s.inner *= t.size(i);
+  return s;
+}
+
+// Calls f(T{}) with T the kernel element type of `st` (float, double, __half, __nv_bfloat16).
+template <typename F>
+void DispatchFloating(ScalarType st, F&& f) {
+  switch (st) {
+    case ScalarType::Float: f(float{}); break;
+    case ScalarType::Double: f(double{}); break;
+    case ScalarType::Half: f(__half{}); break;
+    case ScalarType::BFloat16: f(__nv_bfloat16{}); break;
+    default: ROWNORM_CHECK(false, "rownorm: unsupported dtype ", DtypeName(st));
+  }
+}
+
+template <typename T>
+const T* ConstPtr(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <typename T>
+T* MutPtr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+inline cudaStream_t CurrentCudaStream(const Tensor& t) {
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+inline void CheckLaunch(const char* op, cudaError_t err) {
+  ROWNORM_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ",
+                cudaGetErrorString(err));
+}
+
+// Splits rows [0, rows) over torch's intra-op threads, about `grain_elems` elements per task.
+template <typename F>
+void ParallelRows(int64_t rows, int64_t row_len, F&& f) {
+  constexpr int64_t kGrainElems = 1 << 15;
+  const int64_t grain = row_len > 0 ? std::max<int64_t>(1, kGrainElems / row_len) : rows;
+  torch::stable::parallel_for(0, rows, grain, f);
+}
+
+}  // namespace rownorm

@@ -1,0 +1,260 @@
+// Host-side dispatch: vector width and tier for a problem, and the launches.
+//
+// THE TIER TABLE lives here (PlanRowTier) and nowhere else. A tier is chosen from the row
+// length n, the element size and the GPU's architecture only -- never from the number of
+// rows -- so a row's result does not depend on the batch it came in.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <type_traits>
+
+#include "kernels/common/row.cuh"
+
+namespace rownorm {
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int cc_major = 0;
+};
+
+// Attributes of the current device, read once per device (cudaGetDeviceProperties is slow).
+inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sm_cache[kMaxDevices];
+  static std::atomic<int> cc_cache[kMaxDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < kMaxDevices && sm_cache[device].load() > 0) {
+    info->sm_count = sm_cache[device].load();
+    info->cc_major = cc_cache[device].load();
+    return cudaSuccess;
+  }
+  err = cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&info->cc_major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  if (err == cudaSuccess && device < kMaxDevices) {
+    cc_cache[device].store(info->cc_major);
+    sm_cache[device].store(info->sm_count);
+  }
+  return err;
+}
+
+// The widest pack width w (elements, power of two, <= 16 bytes) at which every operand's
+// rows start at the same address mod w elements: base offsets and row strides congruent
+// mod w. Then one head/tail split (computed from operand 0) serves all operands.
+template <typename T, int kIn>
+int RowVecWidth(const RowArgs<T, kIn>& a) {
+  for (int w = MaxPackWidth(sizeof(T)); w > 1; w /= 2) {
+    auto phase = [w](const void* p) {
+      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % w);
+    };
+    auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
+    const int64_t p0 = phase(a.out);
+    const int64_t s0 = stride_phase(a.out_stride);
+    bool ok = true;
+    for (int i = 0; i < kIn; ++i) {
+      ok = ok && phase(a.in[i]) == p0 && (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
+    }
+    if (ok) return w;
+  }
+  return 1;
+}
+
+enum class RowTier { kGroup, kCta, kCluster, kStreaming };
+
+struct RowPlan {
+  RowTier tier;
+  int width = 0;    // kGroup: threads per row
+  int threads = 0;  // kCta / kCluster: threads per CTA
+  int cluster = 0;  // kCluster: CTAs per row
+};
+
+// Per-thread register budget of the cached tiers, in packs (16 bytes each).
+constexpr int kGroupVecs = 4;    // group tier: 4 packs in flight per lane
+constexpr int kCtaVecs = 4;      // CTA tier
+constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
+constexpr int kClusterThreads = 256;
+constexpr int kStreamingThreads = 512;
+
+// THE TIER TABLE. `vec` is the full pack width of the dtype (4 fp32, 8 bf16/fp16); rows
+// whose operands do not allow it stream. Boundaries (elements per row, fp32 / 16-bit):
+//   n <= 32 lanes x 4 packs          (512 / 1024): group tier, lanes per row = the fewest
+//                                    that hold the row (>= the pack width, >= 4), 128-thread
+//                                    CTAs, several rows in flight per SM per warp.
+//   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads.
+//   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
+//                                    2/4/8/16 CTAs that hold it (16 is non-portable and
+//                                    checked with cudaOccupancyMaxActiveClusters).
+//   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
+// These first boundaries follow the register budget; the benchmark sweep refines them.
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
+  if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
+    int width = std::max(4, vec);
+    while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
+    return {RowTier::kGroup, width, 128, 0};
+  }
+  for (int threads : {128, 256, 512}) {
+    if (n <= int64_t{threads} * kCtaVecs * vec) return {RowTier::kCta, 0, threads, 0};
+  }
+  if (clusters) {
+    for (int cluster : {2, 4, 8, 16}) {
+      if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
+        return {RowTier::kCluster, 0, kClusterThreads, cluster};
+      }
+    }
+  }
+  return {RowTier::kStreaming, 0, kStreamingThreads, 0};
+}
+
+inline unsigned GridFor(int64_t units) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
+}
+
+// Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
+// when the device cannot co-schedule such a cluster.
+template <class Op, typename T, int kVec, int kCluster>
+cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  auto kernel = ClusterRowKernel<Op, T, kVec, kClusterVecs, kClusterThreads, kCluster>;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> schedulable[kMaxDevices];  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kClusterThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int state = device < kMaxDevices ? schedulable[device].load() : 0;
+  if (state == 2) return cudaErrorNotSupported;
+  if (state == 0) {
+    if (kCluster > 8) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (device < kMaxDevices) schedulable[device].store(2);
+        return cudaErrorNotSupported;
+      }
+    }
+    cfg.gridDim = dim3(kCluster);
+    int clusters = 0;
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (err != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();
+      if (device < kMaxDevices) schedulable[device].store(2);
+      return cudaErrorNotSupported;
+    }
+    if (device < kMaxDevices) schedulable[device].store(1);
+  }
+  const int64_t max_clusters = INT_MAX / kCluster;
+  cfg.gridDim = dim3(static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)));
+  return cudaLaunchKernelEx(&cfg, kernel, a, op);
+}
+
+template <class Op, typename T, int kVec>
+cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op,
+                               cudaStream_t stream) {
+  StreamingRowKernel<Op, T, kVec, kStreamingThreads>
+      <<<GridFor(a.rows), kStreamingThreads, 0, stream>>>(a, op);
+  return cudaGetLastError();
+}
+
+template <class Op, typename T, int kWidth>
+cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  constexpr int kCtaThreads = 128;
+  if constexpr (kWidth < kVec) {
+    return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
+  } else {
+    constexpr int kRowsPerCta = kCtaThreads / kWidth;
+    GroupRowKernel<Op, T, kVec, kGroupVecs, kWidth, kCtaThreads>
+        <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kCtaThreads, 0, stream>>>(a, op);
+    return cudaGetLastError();
+  }
+}
+
+template <class Op, typename T, int kThreads>
+cudaError_t LaunchCtaRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  CtaRowKernel<Op, T, kVec, kCtaVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+  return cudaGetLastError();
+}
+
+// Runs `op` on every row of `a` on `stream` (the caller has made the device current).
+template <class Op, typename T>
+cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  if (a.rows == 0 || a.n == 0) return cudaSuccess;
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  const int vec = RowVecWidth(a);
+  if constexpr (std::is_same_v<T, double>) {
+    // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
+    return vec == kVec ? LaunchStreamingRow<Op, T, kVec>(a, op, stream)
+                       : LaunchStreamingRow<Op, T, 1>(a, op, stream);
+  } else {
+    if (vec != kVec) return LaunchStreamingRow<Op, T, 1>(a, op, stream);
+    DeviceInfo dev;
+    cudaError_t err = GetDeviceInfo(&dev);
+    if (err != cudaSuccess) return err;
+    RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9);
+    switch (plan.tier) {
+      case RowTier::kGroup:
+        switch (plan.width) {
+          case 4: return LaunchGroupRow<Op, T, 4>(a, op, stream);
+          case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
+          case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
+          default: return LaunchGroupRow<Op, T, 32>(a, op, stream);
+        }
+      case RowTier::kCta:
+        switch (plan.threads) {
+          case 128: return LaunchCtaRow<Op, T, 128>(a, op, stream);
+          case 256: return LaunchCtaRow<Op, T, 256>(a, op, stream);
+          default: return LaunchCtaRow<Op, T, 512>(a, op, stream);
+        }
+      case RowTier::kCluster: {
+        switch (plan.cluster) {
+          case 2: err = LaunchClusterRow<Op, T, kVec, 2>(a, op, stream); break;
+          case 4: err = LaunchClusterRow<Op, T, kVec, 4>(a, op, stream); break;
+          case 8: err = LaunchClusterRow<Op, T, kVec, 8>(a, op, stream); break;
+          default: err = LaunchClusterRow<Op, T, kVec, 16>(a, op, stream); break;
+        }
+        if (err != cudaErrorNotSupported) return err;
+        return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+      }
+      case RowTier::kStreaming:
+        break;
+    }
+    return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+  }
+}
+
+// Runs `op` over dim d of contiguous (outer, d, inner) operands. Columns of up to 8 x 8 = 64
+// elements stay in registers (one read of the tensor); longer ones are read twice, the
+// second time mostly from L2 (a CTA's 32 x d tile is reused at once).
+template <class Op, typename T>
+cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
+  constexpr int kTx = 32;
+  constexpr int kTy = 8;
+  constexpr int kCache = 8;
+  const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
+  if (a.d <= kTy * kCache) {
+    ColumnKernel<Op, T, kTx, kTy, kCache><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+  } else {
+    ColumnKernel<Op, T, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace rownorm

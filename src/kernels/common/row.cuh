@@ -1,0 +1,465 @@
+// The row machinery every rownorm op is written on: teams, row views and tier kernels.
+//
+// An op is a functor with `static constexpr int kIn` (number of row-shaped inputs) and a
+// `template <class Row> __device__ void operator()(Row& row) const` body written only in
+// terms of
+//   V    row.Reduce(op, f)   f(const Acc* x, int64_t col) -> V, reduced over the whole row
+//                            and returned to every thread of the team;
+//   void row.Store(f)        out[col] = f(x, col) for every element of the row.
+// (x[i] is input i at column col, in the accumulator type.) The same body then runs in
+// every tier, which only differ in where the row lives and who shares it:
+//
+//   GroupRowKernel     kWidth (4..32) lanes per row, several rows per CTA; row in registers.
+//   CtaRowKernel       one CTA per row; row in registers, warp shuffles + one smem round.
+//   ClusterRowKernel   a cluster of kCluster CTAs per row (sm_90+); each CTA keeps its slice
+//                      in registers, partials exchanged through distributed shared memory, so
+//                      a 256 KB fp32 row is read from HBM exactly once.
+//   StreamingRowKernel one CTA per row, nothing cached: every Reduce/Store re-reads the row
+//                      (from L2 when it fits). Any length, any arch, any vector width.
+//   ColumnKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
+//                      lanes walk the contiguous inner dim (coalesced), kTy threads split D.
+//
+// Row layout: operand i's row r starts at in[i] + r * in_stride[i] and is unit-stride. Rows
+// are read with Pack<T, kVec> accesses: the first `head` (< kVec) elements, up to the first
+// kVec-aligned address, and the last `tail` (< kVec) elements are scalar; the dispatcher
+// guarantees all operands share that alignment in every row (same address mod 16 bytes).
+// All offsets are int64.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <utility>
+
+#include "kernels/common/args.h"
+#include "kernels/common/pack.cuh"
+#include "kernels/common/reduce.cuh"
+
+namespace rownorm {
+
+#if defined(__CUDACC__)
+
+// ---------------------------------------------------------------------------------------
+// Teams: the threads that share one row, and how they all-reduce.
+
+template <int kWidth>
+struct GroupTeam {  // kWidth consecutive lanes of a warp
+  static constexpr int kThreads = kWidth;
+  static constexpr int kSlices = 1;
+  int rank;
+  ROWNORM_DEVICE int ThreadRank() const { return rank; }
+  ROWNORM_DEVICE int SliceRank() const { return 0; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return WarpAllReduce<kWidth>(v, op);
+  }
+};
+
+template <int kCtaThreads>
+struct CtaTeam {  // a whole 1-D CTA
+  static constexpr int kThreads = kCtaThreads;
+  static constexpr int kSlices = 1;
+  BlockReduceStorage<kCtaThreads>& storage;
+  int parity = 0;
+  ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
+  ROWNORM_DEVICE int SliceRank() const { return 0; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return BlockAllReduce<kCtaThreads>(v, op, storage, parity);
+  }
+};
+
+template <int kCtaThreads, int kCluster>
+struct ClusterTeam {  // kCluster CTAs of a cluster; CTA rank c owns slice c of the row
+  static constexpr int kThreads = kCtaThreads;
+  static constexpr int kSlices = kCluster;
+  ClusterReduceStorage<kCtaThreads>& storage;
+  int block_parity = 0;
+  int cluster_parity = 0;
+  ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
+  ROWNORM_DEVICE int SliceRank() const { return blockIdx.x % kCluster; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return ClusterAllReduce<kCtaThreads, kCluster>(v, op, storage, block_parity,
+                                                   cluster_parity);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Row geometry: scalar head, kVec-wide body, scalar tail.
+
+template <typename T, int kVec>
+struct RowGeometry {
+  int64_t head;  // scalar elements before the first kVec-aligned one (< kVec)
+  int64_t vecs;  // full packs
+  int64_t tail;  // scalar elements after the last pack (< kVec)
+
+  ROWNORM_DEVICE RowGeometry(const T* row, int64_t n) {
+    const int64_t misalign = (reinterpret_cast<uintptr_t>(row) / sizeof(T)) % kVec;
+    head = misalign == 0 ? 0 : kVec - misalign;
+    if (head > n) head = n;
+    vecs = (n - head) / kVec;
+    tail = n - head - vecs * kVec;
+  }
+};
+
+// Which packs and scalars of a row one thread of a team owns: packs
+// [slice_begin, slice_end) of the team's slice, strided by the team size; the head
+// scalars go to the first threads of slice 0, the tail scalars to the last threads of the
+// last slice (each thread owns at most one of each since kVec <= team size).
+template <class Team, int kVec>
+struct Ownership {
+  int64_t first_vec;  // this thread's first pack; its k-th is first_vec + k * kThreads
+  int64_t vec_end;
+  int64_t head_col;   // column of the owned head scalar, or -1
+  int64_t tail_col;   // column of the owned tail scalar, or -1
+
+  template <typename T>
+  ROWNORM_DEVICE Ownership(const Team& team, const RowGeometry<T, kVec>& g, bool valid) {
+    static_assert(kVec <= Team::kThreads, "each thread owns at most one head/tail scalar");
+    const int tid = team.ThreadRank();
+    const int slice = team.SliceRank();
+    const int64_t chunk = (g.vecs + Team::kSlices - 1) / Team::kSlices;
+    const int64_t begin = valid ? min(g.vecs, slice * chunk) : 0;
+    vec_end = valid ? min(g.vecs, begin + chunk) : 0;
+    first_vec = begin + tid;
+    head_col = (valid && slice == 0 && tid < g.head) ? tid : -1;
+    const int tail_first = Team::kThreads - static_cast<int>(g.tail);
+    tail_col = (valid && slice == Team::kSlices - 1 && tid >= tail_first)
+                   ? g.head + g.vecs * kVec + (tid - tail_first)
+                   : -1;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Row views.
+
+template <typename F, typename Acc>
+using ReduceValue = decltype(std::declval<F>()(std::declval<const Acc*>(), int64_t{}));
+
+// The row cached in registers as packs of the storage type (converted on use, which keeps
+// 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
+template <typename T, int kIn, int kVec, int kVecs, class Team>
+class CachedRow {
+ public:
+  using Acc = AccType<T>;
+
+  ROWNORM_DEVICE CachedRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
+      : team_(team),
+        geo_(args.in[0] + (valid ? row : 0) * args.in_stride[0], args.n),
+        own_(team, geo_, valid),
+        out_(args.out + (valid ? row : 0) * args.out_stride) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) {
+      const T* p = args.in[i] + (valid ? row : 0) * args.in_stride[i];
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t v = own_.first_vec + k * Team::kThreads;
+        if (v < own_.vec_end) packs_[i][k].Load(p + geo_.head + v * kVec);
+      }
+      if (own_.head_col >= 0) head_[i] = p[own_.head_col];
+      if (own_.tail_col >= 0) tail_[i] = p[own_.tail_col];
+    }
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    using V = ReduceValue<F, Acc>;
+    V acc = Op::template Identity<V>();
+    Acc x[kIn];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = packs_[i][k].Get(e);
+          acc = op(acc, f(x, geo_.head + v * kVec + e));
+        }
+      }
+    }
+    if (own_.head_col >= 0) acc = op(acc, f(Scalars(head_, x), own_.head_col));
+    if (own_.tail_col >= 0) acc = op(acc, f(Scalars(tail_, x), own_.tail_col));
+    return team_.AllReduce(acc, op);
+  }
+
+  template <typename F>
+  ROWNORM_DEVICE void Store(F f) {
+    Acc x[kIn];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) {
+        Pack<T, kVec> o;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = packs_[i][k].Get(e);
+          o.Set(e, f(x, geo_.head + v * kVec + e));
+        }
+        o.Store(out_ + geo_.head + v * kVec);
+      }
+    }
+    if (own_.head_col >= 0) out_[own_.head_col] = FromAcc<T>(f(Scalars(head_, x), own_.head_col));
+    if (own_.tail_col >= 0) out_[own_.tail_col] = FromAcc<T>(f(Scalars(tail_, x), own_.tail_col));
+  }
+
+ private:
+  ROWNORM_DEVICE static const Acc* Scalars(const T (&s)[kIn], Acc (&x)[kIn]) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(s[i]);
+    return x;
+  }
+
+  Team& team_;
+  RowGeometry<T, kVec> geo_;
+  Ownership<Team, kVec> own_;
+  T* out_;
+  Pack<T, kVec> packs_[kIn][kVecs];
+  T head_[kIn];
+  T tail_[kIn];
+};
+
+// The row left in global memory: every Reduce and Store streams it again. Used where no
+// cached tier fits (very long rows before sm_90, misaligned operands, float64).
+template <typename T, int kIn, int kVec, class Team>
+class StreamingRow {
+ public:
+  using Acc = AccType<T>;
+
+  ROWNORM_DEVICE StreamingRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
+      : team_(team),
+        geo_(args.in[0] + (valid ? row : 0) * args.in_stride[0], args.n),
+        own_(team, geo_, valid),
+        out_(args.out + (valid ? row : 0) * args.out_stride) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) in_[i] = args.in[i] + (valid ? row : 0) * args.in_stride[i];
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    using V = ReduceValue<F, Acc>;
+    V acc = Op::template Identity<V>();
+    Acc x[kIn];
+#pragma unroll 4
+    for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
+      Pack<T, kVec> p[kIn];
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) p[i].Load(in_[i] + geo_.head + v * kVec);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        acc = op(acc, f(x, geo_.head + v * kVec + e));
+      }
+    }
+    if (own_.head_col >= 0) acc = op(acc, f(Scalars(own_.head_col, x), own_.head_col));
+    if (own_.tail_col >= 0) acc = op(acc, f(Scalars(own_.tail_col, x), own_.tail_col));
+    return team_.AllReduce(acc, op);
+  }
+
+  template <typename F>
+  ROWNORM_DEVICE void Store(F f) {
+    Acc x[kIn];
+#pragma unroll 4
+    for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
+      Pack<T, kVec> p[kIn];
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) p[i].Load(in_[i] + geo_.head + v * kVec);
+      Pack<T, kVec> o;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        o.Set(e, f(x, geo_.head + v * kVec + e));
+      }
+      o.Store(out_ + geo_.head + v * kVec);
+    }
+    if (own_.head_col >= 0) {
+      out_[own_.head_col] = FromAcc<T>(f(Scalars(own_.head_col, x), own_.head_col));
+    }
+    if (own_.tail_col >= 0) {
+      out_[own_.tail_col] = FromAcc<T>(f(Scalars(own_.tail_col, x), own_.tail_col));
+    }
+  }
+
+ private:
+  ROWNORM_DEVICE const Acc* Scalars(int64_t col, Acc (&x)[kIn]) const {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(in_[i][col]);
+    return x;
+  }
+
+  Team& team_;
+  RowGeometry<T, kVec> geo_;
+  Ownership<Team, kVec> own_;
+  T* out_;
+  const T* in_[kIn];
+};
+
+// One "row" of a ColumnArgs problem: fixed (outer o, inner i), running over d. Thread
+// (tx, ty) of a kTx x kTy CTA owns column i = tile + tx and rows d = ty, ty + kTy, ...;
+// with kCache > 0 it keeps those (at most kCache) values in registers, otherwise it streams.
+template <int kTx, int kTy>
+struct ColumnReduceStorage {
+  alignas(16) unsigned char bytes[2][kTy][kTx][16];
+};
+
+template <typename T, int kIn, int kTx, int kTy, int kCache>
+class ColumnRow {
+ public:
+  using Acc = AccType<T>;
+
+  // `parity` selects the storage buffer; it lives in the kernel so that it carries over from
+  // one row to the next (the double-buffering argument of BlockAllReduce).
+  ROWNORM_DEVICE ColumnRow(ColumnReduceStorage<kTx, kTy>& storage, int& parity,
+                           const ColumnArgs<T, kIn>& a, int64_t o, int64_t i)
+      : storage_(storage), parity_(parity), d_(a.d), inner_(a.inner), valid_(i < a.inner) {
+    const int64_t base = o * a.d * a.inner + (valid_ ? i : 0);
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) in_[k] = a.in[k] + base;
+    out_ = a.out + base;
+    if constexpr (kCache > 0) {
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const int64_t d = threadIdx.y + c * kTy;
+        if (valid_ && d < d_) {
+#pragma unroll
+          for (int k = 0; k < kIn; ++k) cache_[k][c] = in_[k][d * inner_];
+        }
+      }
+    }
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    using V = ReduceValue<F, Acc>;
+    static_assert(sizeof(V) <= 16, "reduction value must fit a 16-byte slot");
+    V acc = Op::template Identity<V>();
+    ForEach([&](const Acc* x, int64_t d) { acc = op(acc, f(x, d)); });
+    *reinterpret_cast<V*>(storage_.bytes[parity_][threadIdx.y][threadIdx.x]) = acc;
+    __syncthreads();
+    acc = *reinterpret_cast<const V*>(storage_.bytes[parity_][0][threadIdx.x]);
+#pragma unroll
+    for (int y = 1; y < kTy; ++y) {
+      acc = op(acc, *reinterpret_cast<const V*>(storage_.bytes[parity_][y][threadIdx.x]));
+    }
+    parity_ ^= 1;
+    return acc;
+  }
+
+  template <typename F>
+  ROWNORM_DEVICE void Store(F f) {
+    ForEach([&](const Acc* x, int64_t d) { out_[d * inner_] = FromAcc<T>(f(x, d)); });
+  }
+
+ private:
+  template <typename G>
+  ROWNORM_DEVICE void ForEach(G g) {
+    if (!valid_) return;
+    Acc x[kIn];
+    if constexpr (kCache > 0) {
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const int64_t d = threadIdx.y + c * kTy;
+        if (d < d_) {
+#pragma unroll
+          for (int k = 0; k < kIn; ++k) x[k] = ToAcc(cache_[k][c]);
+          g(x, d);
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int64_t d = threadIdx.y; d < d_; d += kTy) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) x[k] = ToAcc(in_[k][d * inner_]);
+        g(x, d);
+      }
+    }
+  }
+
+  ColumnReduceStorage<kTx, kTy>& storage_;
+  int& parity_;
+  int64_t d_;
+  int64_t inner_;
+  bool valid_;
+  const T* in_[kIn];
+  T* out_;
+  T cache_[kIn][kCache > 0 ? kCache : 1];
+};
+
+// ---------------------------------------------------------------------------------------
+// Tier kernels. Every row loop is uniform across the threads that reduce together (the warp
+// for groups, the CTA, the cluster), as the barriers and full-mask shuffles require.
+
+template <class Op, typename T, int kVec, int kVecs, int kWidth, int kCtaThreads>
+__global__ void __launch_bounds__(kCtaThreads)
+    GroupRowKernel(const RowArgs<T, Op::kIn> args, const Op op) {
+  static_assert(kCtaThreads % kWarpSize == 0 && kWarpSize % kWidth == 0, "bad group shape");
+  constexpr int kRowsPerCta = kCtaThreads / kWidth;
+  GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
+  const int group = threadIdx.x / kWidth;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
+       base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
+    const int64_t row = base + group;
+    CachedRow<T, Op::kIn, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    op(r);
+  }
+}
+
+template <class Op, typename T, int kVec, int kVecs, int kThreads>
+__global__ void __launch_bounds__(kThreads) CtaRowKernel(const RowArgs<T, Op::kIn> args,
+                                                         const Op op) {
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+    CachedRow<T, Op::kIn, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r);
+  }
+}
+
+template <class Op, typename T, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads) ClusterRowKernel(const RowArgs<T, Op::kIn> args,
+                                                             const Op op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ ClusterReduceStorage<kThreads> storage;
+  ClusterTeam<kThreads, kCluster> team{storage};
+  const int64_t clusters = gridDim.x / kCluster;
+  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
+    CachedRow<T, Op::kIn, kVec, kVecs, ClusterTeam<kThreads, kCluster>> r(team, args, row, true);
+    op(r);
+  }
+  cooperative_groups::this_cluster().sync();  // keep our shared memory alive for the peers
+#else
+  __trap();
+#endif
+}
+
+template <class Op, typename T, int kVec, int kThreads>
+__global__ void __launch_bounds__(kThreads) StreamingRowKernel(const RowArgs<T, Op::kIn> args,
+                                                               const Op op) {
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+    StreamingRow<T, Op::kIn, kVec, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r);
+  }
+}
+
+template <class Op, typename T, int kTx, int kTy, int kCache>
+__global__ void __launch_bounds__(kTx* kTy) ColumnKernel(const ColumnArgs<T, Op::kIn> args,
+                                                         const Op op) {
+  __shared__ ColumnReduceStorage<kTx, kTy> storage;
+  int parity = 0;
+  const int64_t tiles = (args.inner + kTx - 1) / kTx;
+  for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
+    const int64_t o = t / tiles;
+    const int64_t i = (t % tiles) * kTx + threadIdx.x;
+    ColumnRow<T, Op::kIn, kTx, kTy, kCache> r(storage, parity, args, o, i);
+    op(r);
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace rownorm
