@@ -158,7 +158,7 @@ T* MutPtr(const Tensor& t) {
 
 inline cudaStream_t CurrentCudaStream(const Tensor& t) {
   void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TORCH_ERROR_CODE_CHECK(
       aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
   return static_cast<cudaStream_t>(stream);
 }

@@ -80,6 +80,7 @@ constexpr int kGroupVecs = 4;    // group tier: 4 packs in flight per lane
 constexpr int kCtaVecs = 4;      // CTA tier
 constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
 constexpr int kClusterThreads = 256;
+constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
 constexpr int kStreamingThreads = 512;
 
 // THE TIER TABLE. `vec` is the full pack width of the dtype (4 fp32, 8 bf16/fp16); rows
@@ -90,7 +91,8 @@ constexpr int kStreamingThreads = 512;
 //   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads.
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable and
-//                                    checked with cudaOccupancyMaxActiveClusters).
+//                                    checked with cudaOccupancyMaxActiveClusters);
+//           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // These first boundaries follow the register budget; the benchmark sweep refines them.
 inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
@@ -108,6 +110,9 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
         return {RowTier::kCluster, 0, kClusterThreads, cluster};
       }
     }
+    if (n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
+      return {RowTier::kCluster, 0, kWideClusterThreads, 16};
+    }
   }
   return {RowTier::kStreaming, 0, kStreamingThreads, 0};
 }
@@ -118,9 +123,9 @@ inline unsigned GridFor(int64_t units) {
 
 // Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
 // when the device cannot co-schedule such a cluster.
-template <class Op, typename T, int kVec, int kCluster>
+template <class Op, typename T, int kVec, int kThreads, int kCluster>
 cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  auto kernel = ClusterRowKernel<Op, T, kVec, kClusterVecs, kClusterThreads, kCluster>;
+  auto kernel = ClusterRowKernel<Op, T, kVec, kClusterVecs, kThreads, kCluster>;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> schedulable[kMaxDevices];  // 0 unknown, 1 yes, 2 no
   int device = 0;
@@ -132,7 +137,7 @@ cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStr
   attr[0].val.clusterDim.x = kCluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  cfg.blockDim = dim3(kClusterThreads);
+  cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cfg.attrs = attr;
@@ -223,11 +228,13 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
           default: return LaunchCtaRow<Op, T, 512>(a, op, stream);
         }
       case RowTier::kCluster: {
-        switch (plan.cluster) {
-          case 2: err = LaunchClusterRow<Op, T, kVec, 2>(a, op, stream); break;
-          case 4: err = LaunchClusterRow<Op, T, kVec, 4>(a, op, stream); break;
-          case 8: err = LaunchClusterRow<Op, T, kVec, 8>(a, op, stream); break;
-          default: err = LaunchClusterRow<Op, T, kVec, 16>(a, op, stream); break;
+        constexpr int kT = kClusterThreads;
+        switch (plan.threads == kWideClusterThreads ? 32 : plan.cluster) {
+          case 2: err = LaunchClusterRow<Op, T, kVec, kT, 2>(a, op, stream); break;
+          case 4: err = LaunchClusterRow<Op, T, kVec, kT, 4>(a, op, stream); break;
+          case 8: err = LaunchClusterRow<Op, T, kVec, kT, 8>(a, op, stream); break;
+          case 16: err = LaunchClusterRow<Op, T, kVec, kT, 16>(a, op, stream); break;
+          default: err = LaunchClusterRow<Op, T, kVec, kWideClusterThreads, 16>(a, op, stream);
         }
         if (err != cudaErrorNotSupported) return err;
         return LaunchStreamingRow<Op, T, kVec>(a, op, stream);

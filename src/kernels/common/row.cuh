@@ -241,7 +241,7 @@ class StreamingRow {
     using V = ReduceValue<F, Acc>;
     V acc = Op::template Identity<V>();
     Acc x[kIn];
-#pragma unroll 4
+#pragma unroll 2
     for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
       Pack<T, kVec> p[kIn];
 #pragma unroll
@@ -261,7 +261,7 @@ class StreamingRow {
   template <typename F>
   ROWNORM_DEVICE void Store(F f) {
     Acc x[kIn];
-#pragma unroll 4
+#pragma unroll 2
     for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
       Pack<T, kVec> p[kIn];
 #pragma unroll
