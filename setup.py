@@ -61,9 +61,13 @@ def _read_sources() -> list[str]:
 
 def _git_revision() -> str:
     try:
-        sha = subprocess.check_output(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, stderr=subprocess.DEVNULL
-        ).decode().strip()
+        sha = (
+            subprocess.check_output(
+                ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, stderr=subprocess.DEVNULL
+            )
+            .decode()
+            .strip()
+        )
         dirty = subprocess.call(
             ["git", "diff", "--quiet", "HEAD"], cwd=ROOT, stderr=subprocess.DEVNULL
         )

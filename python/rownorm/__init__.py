@@ -9,8 +9,8 @@ from rownorm._loader import build_info, load_library
 
 _LIBRARY_PATH = load_library()
 
-from rownorm import ops  # noqa: E402,F401  (registers fakes and autograd)
-from rownorm import nn, reference  # noqa: E402
+# Importing ops registers the fakes and autograd formulas of the ops just loaded.
+from rownorm import nn, ops, reference  # noqa: E402,F401
 from rownorm.functional import l2_normalize  # noqa: E402
 
 __version__ = build_info().get("version", "unknown")

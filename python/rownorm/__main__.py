@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 import rownorm
-from rownorm.bench import OPS, SHORT_DTYPE, Timer, Unavailable, check_impl
+from rownorm.bench import OPS, SHORT_DTYPE, Timer, Unavailable, check_impl, time_impl
 
 # Relative error ‖out − ref‖/‖ref‖ allowed for the rownorm kernels (fp32 accumulation, one
 # rounding to the output dtype): a few units of the output's rounding error.
@@ -41,6 +41,7 @@ CASES: tuple[tuple[tuple[int, ...], int], ...] = (
     ((37, 3, 5), 0),
     ((4, 6, 300), 1),
 )
+TIMER_KW = {"warmup_ms": 5.0, "rep_ms": 30.0, "min_reps": 5}
 # (shape, dtype, mode) timed on CUDA.
 TIMED: tuple[tuple[tuple[int, int], torch.dtype, str], ...] = (
     ((65536, 256), torch.bfloat16, "fwd"),
@@ -52,33 +53,26 @@ TIMED: tuple[tuple[tuple[int, int], torch.dtype, str], ...] = (
 )
 
 
+_BUILD_KEYS = (
+    "torch_built_against",
+    "torch_cuda_built_against",
+    "cuda",
+    "arch_list",
+    "min_torch",
+    "revision",
+    "debug",
+)
+
+
 def _header() -> None:
     info = rownorm.build_info()
     print(f"rownorm {info.get('version', 'unknown')}")
     print("build:")
-    for key in (
-        "torch_built_against",
-        "torch_cuda_built_against",
-        "cuda",
-        "arch_list",
-        "min_torch",
-        "revision",
-        "debug",
-    ):
-        if key in info:
-            print(f"  {key:<26} {info[key]}")
-    for key, value in info.items():
-        if key not in (
-            "version",
-            "torch_built_against",
-            "torch_cuda_built_against",
-            "cuda",
-            "arch_list",
-            "min_torch",
-            "revision",
-            "debug",
-        ):
-            print(f"  {key:<26} {value}")
+    keys = [k for k in _BUILD_KEYS if k in info] + [
+        k for k in info if k not in _BUILD_KEYS and k != "version"
+    ]
+    for key in keys:
+        print(f"  {key:<26} {info[key]}")
     print("runtime:")
     print(f"  {'python':<26} {platform.python_version()}")
     print(f"  {'torch':<26} {torch.__version__} (CUDA {torch.version.cuda})")
@@ -102,74 +96,77 @@ def _devices() -> list[torch.device]:
     return devs
 
 
+def _check_case(spec, device, dtype, shape, dim, seed) -> tuple[bool, str]:
+    """Forward, then forward+backward, of one case; returns (passed, errors as text)."""
+    tol = SELFCHECK_TOL[dtype]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    parts, ok = [], True
+    for mode, label in (("fwd", "fwd"), ("fwdbwd", "fwd+bwd")):
+        try:
+            inputs = spec.make_inputs(shape, dim, dtype, device, gen)
+            dys = [
+                torch.randn(shape, dtype=dtype, device=device, generator=gen)
+                for _ in range(spec.n_outputs)
+            ]
+            fn = spec.ours().make(dim, dict(spec.kwargs))
+            err, detail = check_impl(spec, fn, inputs, dim, spec.kwargs, mode, dys)
+            passed = err <= tol  # False for NaN
+            parts.append(f"{label} {err:.1e}" + ("" if passed else f" [{detail}]"))
+        except Exception as exc:  # noqa: BLE001  (reported as a failure)
+            passed = False
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            parts.append(f"{label} {type(exc).__name__}: {first[:160]}")
+        ok = ok and passed
+    return ok, "  ".join(parts) + f"  (tol {tol:.0e})"
+
+
 def self_check(devices: Sequence[torch.device]) -> tuple[int, int]:
     """Returns (checks run, checks failed)."""
     n_run = n_failed = 0
     for spec in OPS.values():
-        impl = spec.ours()
         print(
             f"\nself-check {spec.name} (forward; forward+backward = output and dx) vs the "
             "float64 reference, rel. error ‖out − ref‖/‖ref‖:"
         )
         for device in devices:
             for dtype in DTYPES:
-                tol = SELFCHECK_TOL[dtype]
                 for shape, dim in CASES:
-                    gen = torch.Generator(device=device)
-                    gen.manual_seed(n_run)
-                    errs = []
-                    ok = True
-                    for mode in ("fwd", "fwdbwd"):
-                        try:
-                            inputs = spec.make_inputs(shape, dim, dtype, device, gen)
-                            x = inputs[0]
-                            dys = [
-                                torch.randn(x.shape, dtype=dtype, device=device, generator=gen)
-                                for _ in range(spec.n_outputs)
-                            ]
-                            fn = impl.make(dim, dict(spec.kwargs))
-                            err, detail = check_impl(spec, fn, inputs, dim, spec.kwargs, mode, dys)
-                            passed = err <= tol
-                            errs.append(
-                                f"{'fwd' if mode == 'fwd' else 'fwd+bwd'} "
-                                f"{err:.1e}" + ("" if passed else f" [{detail}]")
-                            )
-                        except Exception as exc:  # noqa: BLE001  (reported as a failure)
-                            passed = False
-                            first = str(exc).splitlines()[0] if str(exc) else ""
-                            errs.append(f"{mode} {type(exc).__name__}: {first[:160]}")
-                        ok = ok and passed
+                    ok, text = _check_case(spec, device, dtype, shape, dim, seed=n_run)
                     n_run += 1
                     n_failed += not ok
                     where = f"{str(device):<7} {SHORT_DTYPE[dtype]} {str(shape):<13} dim={dim:<2}"
-                    print(
-                        f"  {'PASS' if ok else 'FAIL'}  {where}  "
-                        + "  ".join(errs)
-                        + f"  (tol {tol:.0e})",
-                        flush=True,
-                    )
+                    print(f"  {'PASS' if ok else 'FAIL'}  {where}  {text}", flush=True)
     return n_run, n_failed
 
 
-def quick_timing(device: torch.device) -> None:
-    """Times rownorm against PyTorch's own op on a few sizes (a sanity check of speed)."""
+def quick_timing(device: torch.device, scale: int = 1) -> None:
+    """Times rownorm against PyTorch's own op on a few sizes (a sanity check of speed).
+
+    ``scale`` divides the row counts (for a CPU run)."""
     timer = Timer(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU wall time"
     print(
-        f"\nquick timing on {device} ({torch.cuda.get_device_name(device)}), median ms with "
-        f"the L2 flushed; python -m rownorm.bench for the full benchmark:"
+        f"\nquick timing on {device} ({name}), median ms with the cache flushed; "
+        "python -m rownorm.bench for the full benchmark:"
     )
     for spec in OPS.values():
         ours = spec.ours()
         base = spec.impl(spec.baseline)
-        for shape, dtype, mode in TIMED:
+        for (rows, n), dtype, mode in TIMED:
+            shape = (max(rows // scale, 1), n)
             gen = torch.Generator(device=device)
             gen.manual_seed(0)
             try:
                 inputs = spec.make_inputs(shape, -1, dtype, device, gen)
+                dys = [
+                    torch.randn(shape, dtype=dtype, device=device, generator=gen)
+                    for _ in range(spec.n_outputs)
+                ]
                 times = []
                 for impl in (ours, base):
                     fn = impl.make(-1, dict(spec.kwargs))
-                    times.append(_time(timer, fn, inputs, mode, spec.n_outputs))
+                    times.append(time_impl(timer, fn, inputs, mode, dys, **TIMER_KW))
             except (Unavailable, RuntimeError) as exc:
                 print(f"  {spec.name} {mode} {shape}: not timed ({exc})")
                 continue
@@ -178,38 +175,23 @@ def quick_timing(device: torch.device) -> None:
             nbytes = (spec.fwd_bytes if mode == "fwd" else spec.fwdbwd_bytes)(m, n, elem)
             label = "fwd    " if mode == "fwd" else "fwd+bwd"
             print(
-                f"  {spec.name} {label} {SHORT_DTYPE[dtype]} {m}×{n:<7} rownorm "
+                f"  {spec.name} {label} {SHORT_DTYPE[dtype]} {f'{m}×{n}':<12} rownorm "
                 f"{times[0]:.3f} ms ({nbytes / times[0] / 1e6:.0f} GB/s)   {base.label} "
                 f"{times[1]:.3f} ms   speed-up {times[1] / times[0]:.2f}×",
                 flush=True,
             )
-            del inputs
-            torch.cuda.empty_cache()
-
-
-def _time(timer: Timer, fn, inputs: list[torch.Tensor], mode: str, n_outputs: int) -> float:
-    kw = {"warmup_ms": 5.0, "rep_ms": 30.0, "min_reps": 5}
-    if mode == "fwd":
-        with torch.no_grad():
-            return timer(lambda: fn(*inputs), **kw)[0]
-    leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
-    dys = [torch.randn_like(leaves[0]) for _ in range(n_outputs)]
-
-    def pre() -> None:
-        for t in leaves:
-            t.grad = None
-
-    def step() -> None:
-        out = fn(*leaves)
-        torch.autograd.backward(list(out) if isinstance(out, tuple) else [out], dys)
-
-    return timer(step, pre=pre, **kw)[0]
+            del inputs, dys
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rownorm", description=__doc__.splitlines()[0])
     p.add_argument("--no-timing", action="store_true", help="skip the quick timing on CUDA")
     p.add_argument("--cpu-only", action="store_true", help="self-check the CPU only")
+    p.add_argument(
+        "--time-cpu", action="store_true", help="also run the quick timing on the CPU (small)"
+    )
     args = p.parse_args(argv)
     t0 = time.monotonic()
     _header()
@@ -218,9 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_timing and not args.cpu_only and torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             try:
-                quick_timing(torch.device("cuda", i))
+                with torch.cuda.device(i):  # events and streams on the device being timed
+                    quick_timing(torch.device("cuda", i))
             except Exception as exc:  # noqa: BLE001  (timing is informative only)
                 print(f"  quick timing failed: {type(exc).__name__}: {exc}")
+    if args.time_cpu:
+        quick_timing(torch.device("cpu"), scale=64)
     took = time.monotonic() - t0
     verdict = "PASS" if n_failed == 0 else "FAIL"
     devs = ", ".join(str(d) for d in devices)

@@ -221,48 +221,56 @@ def _l2_compile_norm(dim: int, kw: dict) -> Fn:
     return _compiled(_l2_eager_norm(dim, kw))
 
 
+_SEED_IMPLS = ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile")
+
 L2_NORMALIZE = OpSpec(
     name="l2_normalize",
     make_inputs=_randn_inputs,
     reference=lambda x, dim, eps: ref_impl.l2_normalize(x, dim=dim, eps=eps),
     impls=(
         Impl(
-            "rownorm",
-            "rownorm",
-            "rownorm",
-            "torch.ops.rownorm.l2_normalize(x, dim, eps)",
-            _l2_rownorm,
+            name="rownorm",
+            family="rownorm",
+            label="rownorm",
+            expr="torch.ops.rownorm.l2_normalize(x, dim, eps)",
+            make=_l2_rownorm,
         ),
         Impl(
-            "eager_norm",
-            "eager",
-            "eager x/norm",
-            "x / torch.norm(x, p=2, dim=dim, keepdim=True)",
-            _l2_eager_norm,
+            name="eager_norm",
+            family="eager",
+            label="eager x/norm",
+            expr="x / torch.norm(x, p=2, dim=dim, keepdim=True)",
+            make=_l2_eager_norm,
         ),
         Impl(
-            "eager_normalize",
-            "eager",
-            "eager F.normalize",
-            "F.normalize(x, p=2, dim=dim, eps=eps)",
-            _l2_eager_normalize,
+            name="eager_normalize",
+            family="eager",
+            label="eager F.normalize",
+            expr="F.normalize(x, p=2, dim=dim, eps=eps)",
+            make=_l2_eager_normalize,
         ),
         Impl(
-            "compile",
-            "compile",
-            "compile F.normalize",
-            "torch.compile(F.normalize(x, p=2, dim=dim, eps=eps), dynamic=False)",
-            _l2_compile,
+            name="compile",
+            family="compile",
+            label="compile F.normalize",
+            expr="torch.compile(F.normalize(x, p=2, dim=dim, eps=eps), dynamic=False)",
+            make=_l2_compile,
         ),
         Impl(
-            "compile_norm",
-            "compile",
-            "compile x/norm",
-            "torch.compile(x / torch.norm(x, p=2, dim=dim, keepdim=True), dynamic=False)",
-            _l2_compile_norm,
+            name="compile_norm",
+            family="compile",
+            label="compile x/norm",
+            expr="torch.compile(x / torch.norm(x, p=2, dim=dim, keepdim=True), dynamic=False)",
+            make=_l2_compile_norm,
             grid=False,
         ),
-        Impl("liger", "liger", "Liger", "Liger-Kernel", _liger_missing("l2_normalize")),
+        Impl(
+            name="liger",
+            family="liger",
+            label="Liger",
+            expr="Liger-Kernel",
+            make=_liger_missing("l2_normalize"),
+        ),
     ),
     fwd_bytes=lambda m, n, b: 2 * m * n * b,
     fwdbwd_bytes=lambda m, n, b: 5 * m * n * b,
@@ -270,25 +278,26 @@ L2_NORMALIZE = OpSpec(
     fwdbwd_bytes_text="5·M·N·b (fwd: read x, write y; bwd: read x, read dy, write dx)",
     kwargs={"eps": 1e-12},
     baseline="eager_normalize",
+    # The seeds' `x / torch.norm(x, p=2, dim=1, keepdim=True)`: eps = 0 (ANCHORS.md targets).
     seeds=(
         Seed(
-            "L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)",
-            "fwd",
-            (32768, 65535),
-            1,
-            torch.float32,
-            ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
-            {"eps": 0.0},
+            title="L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)",
+            mode="fwd",
+            shape=(32768, 65535),
+            dim=1,
+            dtype=torch.float32,
+            impls=_SEED_IMPLS,
+            kwargs={"eps": 0.0},
             target_ms_h100=6.0,
         ),
         Seed(
-            "L2 normalize dim=1 fwd+bwd, 16384×65535 fp32",
-            "fwdbwd",
-            (16384, 65535),
-            1,
-            torch.float32,
-            ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
-            {"eps": 0.0},
+            title="L2 normalize dim=1 fwd+bwd, 16384×65535 fp32",
+            mode="fwdbwd",
+            shape=(16384, 65535),
+            dim=1,
+            dtype=torch.float32,
+            impls=_SEED_IMPLS,
+            kwargs={"eps": 0.0},
             target_ms_h100=8.0,
         ),
     ),
@@ -497,7 +506,7 @@ def check_impl(
     errs: list[tuple[str, float]] = []
     for k, acc in enumerate(out_acc):
         errs.append(("out" if len(out_acc) == 1 else f"out{k}", acc.rel()))
-    for j, i in enumerate(diff):
+    for j, i in enumerate(diff if mode != "fwd" else ()):
         name = "dx" if i == 0 else f"d{i}"
         if j in row_grad_acc:
             x_norm = math.sqrt(scale["x"].den)
@@ -636,48 +645,58 @@ def grid_shape(n: int, elems: int) -> tuple[int, int]:
     return (max(-(-elems // n), 1), n)
 
 
-def build_configs(args: argparse.Namespace, specs: Sequence[OpSpec]) -> list[Config]:
+def probe_impls(specs: Sequence[OpSpec], wanted: Sequence[str]) -> dict[tuple[str, str], str]:
+    """Implementations that cannot run here, {(op, impl): why}; asked once, before the run."""
+    missing = {}
+    for spec in specs:
+        for impl in spec.impls:
+            if not (_selected(impl, wanted, True)):
+                continue
+            try:
+                impl.make(-1, dict(spec.kwargs))
+            except Unavailable as why:
+                missing[(spec.name, impl.name)] = str(why)
+    return missing
+
+
+def build_configs(
+    args: argparse.Namespace,
+    specs: Sequence[OpSpec],
+    unavailable: dict[tuple[str, str], str] | None = None,
+) -> list[Config]:
+    """The seeds' workloads first (the headline numbers), then the grid: op, mode, dtype, N."""
+    unavailable = unavailable or {}
     configs: list[Config] = []
     for spec in specs:
-        if args.seeds:
-            for seed in spec.seeds:
-                if seed.mode not in args.modes:
-                    continue
-                impls = tuple(
-                    spec.impl(n) for n in seed.impls if _selected(spec.impl(n), args.impls, True)
-                )
-                if impls:
-                    kw = {**spec.kwargs, **seed.kwargs}
-                    configs.append(
-                        Config(
-                            spec,
-                            seed.mode,
-                            seed.dtype,
-                            seed.shape,
-                            seed.dim,
-                            kw,
-                            impls,
-                            seed.title,
-                            seed,
-                        )
+
+        def usable(impl: Impl, seed: bool, spec: OpSpec = spec) -> bool:
+            return (spec.name, impl.name) not in unavailable and _selected(impl, args.impls, seed)
+
+        for seed in spec.seeds if args.seeds else ():
+            impls = tuple(spec.impl(n) for n in seed.impls if usable(spec.impl(n), True))
+            if seed.mode in args.modes and impls:
+                kwargs = {**spec.kwargs, **seed.kwargs}
+                configs.append(
+                    Config(
+                        spec,
+                        seed.mode,
+                        seed.dtype,
+                        seed.shape,
+                        seed.dim,
+                        kwargs,
+                        impls,
+                        workload=seed.title,
+                        seed=seed,
                     )
-        impls = tuple(i for i in spec.impls if _selected(i, args.impls, False))
+                )
+        impls = tuple(i for i in spec.impls if usable(i, False))
         if args.seeds_only or not impls:
             continue
         for mode in args.modes:
             for dtype in args.dtypes:
                 for n in args.ns:
-                    configs.append(
-                        Config(
-                            spec,
-                            mode,
-                            dtype,
-                            grid_shape(n, args.elems),
-                            -1,
-                            dict(spec.kwargs),
-                            impls,
-                        )
-                    )
+                    shape = grid_shape(n, args.elems)
+                    configs.append(Config(spec, mode, dtype, shape, -1, dict(spec.kwargs), impls))
     return configs
 
 
@@ -707,6 +726,11 @@ def _is_fatal_device_error(err: BaseException) -> bool:
         return True
     text = str(err)
     return "CUDA error" in text and "out of memory" not in text
+
+
+def _err_text(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:200]}"
 
 
 def _free(device: torch.device) -> None:
@@ -744,7 +768,6 @@ class Runner:
         self.timer: Timer | None = None
         self.t0 = time.monotonic()
         self.aborted: str | None = None
-        self.unavailable: dict[tuple[str, str], str] = {}
         self._csv_file = None
         self._csv = None
 
@@ -850,12 +873,16 @@ class Runner:
         )
 
     def _run_config(self, cfg: Config, done: int, total: int, width: int) -> int:
-        args = self.args
         gen = torch.Generator(device=self.device)
-        gen.manual_seed(args.seed)
+        gen.manual_seed(self.args.seed)
         inputs = cfg.spec.make_inputs(cfg.shape, cfg.dim, cfg.dtype, self.device, gen)
-        dys: list[torch.Tensor] | None = None
-        tol = TOLERANCE[cfg.dtype]
+        dys = None
+        if cfg.mode == "fwdbwd":
+            x = inputs[0]
+            dys = [
+                torch.randn(x.shape, dtype=x.dtype, device=self.device, generator=gen)
+                for _ in range(cfg.spec.n_outputs)
+            ]
         for impl in cfg.impls:
             done += 1
             tag = f"[{done:>{width}}/{total}] {cfg.describe()} {impl.name}"
@@ -867,87 +894,101 @@ class Runner:
                 print(f"{tag}: skipped (time budget)", flush=True)
                 continue
             try:
-                fn = impl.make(cfg.dim, cfg.kwargs)
-            except Unavailable as why:
-                key = (cfg.spec.name, impl.name)
-                if key not in self.unavailable:
-                    self.unavailable[key] = str(why)
-                    print(f"{tag}: unavailable ({why})", flush=True)
-                done -= 1
-                continue
-            if cfg.mode == "fwdbwd" and dys is None:
-                x = inputs[0]
-                dys = [
-                    torch.randn(x.shape, dtype=x.dtype, device=self.device, generator=gen)
-                    for _ in range(cfg.spec.n_outputs)
-                ]
-            try:
-                err, detail = check_impl(cfg.spec, fn, inputs, cfg.dim, cfg.kwargs, cfg.mode, dys)
-            except torch.cuda.OutOfMemoryError:
-                raise
+                res = self._measure(cfg, impl, inputs, dys)
+            except torch.cuda.OutOfMemoryError as exc:
+                res = self._result(
+                    cfg,
+                    impl,
+                    None,
+                    None,
+                    "skipped",
+                    "out of memory: " + _err_text(exc)[len("OutOfMemoryError: ") :][:120],
+                )
             except Exception as exc:  # noqa: BLE001  (reported, not hidden)
-                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                self.add(self._result(cfg, impl, None, None, "error", msg))
-                print(f"{tag}: ERROR {msg}", flush=True)
+                res = self._result(cfg, impl, None, None, "error", _err_text(exc))
                 if _is_fatal_device_error(exc):
                     self.aborted = f"aborted after a CUDA error in {impl.name}"
-                    print(f"    {self.aborted}: nothing more can run in this process", flush=True)
-                continue
-            passed = err <= tol  # False for NaN
-            if not passed and not args.time_failing:
-                self.add(self._result(cfg, impl, None, err, "FAIL", f"tol {tol:.0e}: {detail}"))
-                print(f"{tag}: FAIL rel err {detail} (tol {tol:.0e}); not timed", flush=True)
-                continue
-            try:
-                ms = self._time(cfg, fn, inputs, dys)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                self.add(self._result(cfg, impl, None, err, "error", "timing: " + msg))
-                print(f"{tag}: ERROR while timing: {msg}", flush=True)
-                if _is_fatal_device_error(exc):
-                    self.aborted = f"aborted after a CUDA error in {impl.name}"
-                continue
-            status = "ok" if passed else "FAIL"
-            note = "" if passed else f"tol {tol:.0e}: {detail}"
-            res = self._result(cfg, impl, ms, err, status, note)
             self.add(res)
-            pct = f" ({res.pct:.0f}%)" if res.pct is not None else ""
-            flag = "" if passed else f"  FAIL rel err {detail}"
-            print(f"{tag}: {ms:.4f} ms {res.gbps:.0f} GB/s{pct} err {err:.1e}{flag}", flush=True)
+            if res.status == "ok":
+                pct = f" ({res.pct:.0f}%)" if res.pct is not None else ""
+                print(
+                    f"{tag}: {res.ms:.4f} ms {res.gbps:.0f} GB/s{pct} err {res.rel_err:.1e}",
+                    flush=True,
+                )
+            else:
+                timed = f" {res.ms:.4f} ms" if res.ms else ""
+                print(f"{tag}: {res.status}{timed} {res.note}", flush=True)
+            if self.aborted:
+                print(f"    {self.aborted}: nothing more can run in this process", flush=True)
+            if res.status == "skipped":
+                _free(self.device)  # after an OOM, before the next implementation
         del inputs, dys
         return done
+
+    def _measure(
+        self, cfg: Config, impl: Impl, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
+    ) -> Result:
+        """Checks one implementation against the reference, then times it if it passed."""
+        try:
+            fn = impl.make(cfg.dim, cfg.kwargs)
+        except Unavailable as why:
+            return self._result(cfg, impl, None, None, "skipped", f"unavailable: {why}")
+        err, detail = check_impl(cfg.spec, fn, inputs, cfg.dim, cfg.kwargs, cfg.mode, dys)
+        tol = TOLERANCE[cfg.dtype]
+        passed = err <= tol  # False for NaN
+        note = "" if passed else f"rel err {detail} > tol {tol:.0e}"
+        if not passed and not self.args.time_failing:
+            return self._result(cfg, impl, None, err, "FAIL", note + "; not timed")
+        ms = self._time(cfg, fn, inputs, dys)
+        return self._result(cfg, impl, ms, err, "ok" if passed else "FAIL", note)
 
     def _time(
         self, cfg: Config, fn: Fn, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
     ) -> float:
-        args = self.args
         if self.timer is None:
             self.timer = Timer(self.device)
-        kw = {"warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "min_reps": args.min_reps}
-        if cfg.mode == "fwd":
+        args = self.args
+        return time_impl(
+            self.timer,
+            fn,
+            inputs,
+            cfg.mode,
+            dys,
+            warmup_ms=args.warmup_ms,
+            rep_ms=args.rep_ms,
+            min_reps=args.min_reps,
+        )
 
-            def step() -> None:
-                fn(*inputs)
 
-            with torch.no_grad():
-                ms, _ = self.timer(step, **kw)
-            return ms
-        diff = [i for i, t in enumerate(inputs) if t.is_floating_point()]
-        leaves = [t.detach().requires_grad_(i in diff) for i, t in enumerate(inputs)]
-        grad_leaves = [leaves[i] for i in diff]
+def time_impl(
+    timer: Timer,
+    fn: Fn,
+    inputs: Sequence[torch.Tensor],
+    mode: str,
+    dys: Sequence[torch.Tensor] | None = None,
+    **timer_kw: Any,
+) -> float:
+    """Median ms of ``fn(*inputs)`` (fwd, under no_grad) or of ``fn`` then
+    ``backward(dys)`` (fwdbwd, every floating input a leaf whose grad is cleared outside the
+    timed region, so no accumulation kernel is timed)."""
+    if mode == "fwd":
+        with torch.no_grad():
+            return timer(lambda: fn(*inputs), **timer_kw)[0]
+    if dys is None:
+        raise ValueError("time_impl: fwdbwd needs dys")
+    leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+    grad_leaves = [t for t in leaves if t.requires_grad]
 
-        def pre() -> None:
-            for t in grad_leaves:
-                t.grad = None  # no accumulation kernel inside the timed region
+    def pre() -> None:
+        for t in grad_leaves:
+            t.grad = None
 
-        def step() -> None:
-            torch.autograd.backward(_as_tuple(fn(*leaves)), dys)
+    def step() -> None:
+        torch.autograd.backward(_as_tuple(fn(*leaves)), list(dys))
 
-        ms, _ = self.timer(step, pre=pre, **kw)
-        pre()
-        return ms
+    ms = timer(step, pre=pre, **timer_kw)[0]
+    pre()
+    return ms
 
 
 # --------------------------------------------------------------------------------------------
@@ -992,29 +1033,104 @@ def _impl_meta(op: str) -> dict[str, Impl]:
     return {i.name: i for i in spec.impls} if spec else {}
 
 
+def _is_ours(r: Result) -> bool:
+    impl = _impl_meta(r.op).get(r.impl)
+    return impl is not None and impl.family == "rownorm"
+
+
+def _label(op: str, impl: str) -> str:
+    meta = _impl_meta(op).get(impl)
+    return meta.label if meta else impl
+
+
 def _ordered_impls(op: str, results: Sequence[Result]) -> list[str]:
     present = {r.impl for r in results}
-    order = [i.name for i in OPS[op].impls] if op in OPS else []
+    order = list(_impl_meta(op))
     return [n for n in order if n in present] + sorted(present - set(order))
 
 
-def _speedup(ours: Result | None, peers: Sequence[Result]) -> tuple[str, str]:
-    ok = [p for p in peers if p.status == "ok" and p.ms]
-    if not ok:
-        return "—", "—"
-    best = min(ok, key=lambda p: p.ms)
-    label = _impl_meta(best.op).get(best.impl)
-    best_txt = f"{label.label if label else best.impl} {_num(best.gbps)}"
-    if ours is None or ours.status != "ok" or not ours.ms:
-        return best_txt, "—"
-    return best_txt, f"{best.ms / ours.ms:.2f}×"
+def _best_peer(by_impl: dict[str, Result]) -> tuple[Result | None, Result | None]:
+    """(rownorm's result, the fastest correct peer's result) of one configuration."""
+    ours = next((r for r in by_impl.values() if _is_ours(r)), None)
+    ok = [r for r in by_impl.values() if not _is_ours(r) and r.status == "ok" and r.ms]
+    return ours, min(ok, key=lambda r: r.ms) if ok else None
+
+
+def _vs(ours: Result | None, best: Result | None) -> str:
+    """rownorm's speed-up over the best peer (> 1: rownorm is faster)."""
+    if ours is None or best is None or ours.status != "ok" or not ours.ms:
+        return "—"
+    return f"{best.ms / ours.ms:.2f}×"
+
+
+def _grid_table(op: str, mode: str, rows: Sequence[Result]) -> list[str]:
+    spec = OPS.get(op)
+    formula = ""
+    if spec:
+        formula = spec.fwd_bytes_text if mode == "fwd" else spec.fwdbwd_bytes_text
+    title = "forward" if mode == "fwd" else "forward + backward"
+    impls = _ordered_impls(op, rows)
+    heads = " | ".join(_label(op, i) for i in impls)
+    lines = [
+        f"## {op} — {title}",
+        "",
+        f"bytes = {formula}; cells: GB/s (% of the copy limit)",
+        "",
+        f"| N | dtype | M | {heads} | best peer | rownorm vs best |",
+        "|---:|---|---:|" + "---|" * len(impls) + "---|---:|",
+    ]
+    dtypes = list(dict.fromkeys(r.dtype for r in rows))
+    keys = sorted(
+        dict.fromkeys((r.dtype, r.N, r.M) for r in rows),
+        key=lambda k: (dtypes.index(k[0]), k[1]),
+    )
+    for dt, n, m in keys:
+        by = {r.impl: r for r in rows if (r.dtype, r.N, r.M) == (dt, n, m)}
+        ours, best = _best_peer(by)
+        best_txt = f"{_label(op, best.impl)} {_num(best.gbps)}" if best else "—"
+        cells = " | ".join(_cell(by.get(i)) for i in impls)
+        lines.append(f"| {n} | {_short(dt)} | {m} | {cells} | {best_txt} | {_vs(ours, best)} |")
+    return lines + [""]
+
+
+def _seed_table(op: str, rows: Sequence[Result], copy_gbps: float | None) -> list[str]:
+    spec = OPS.get(op)
+    targets = {s.title: s.target_ms_h100 for s in spec.seeds} if spec else {}
+    impls = _ordered_impls(op, rows)
+    heads = " | ".join(_label(op, i) for i in impls)
+    lines = [
+        f"## {op} — the seeds' workloads",
+        "",
+        "cells: ms (% of the copy limit); copy limit = bytes / copy bandwidth",
+        "",
+        f"| workload | bytes | copy limit | {heads} | target (H100) | rownorm vs best |",
+        "|---|---:|---:|" + "---:|" * len(impls) + "---:|---:|",
+    ]
+    for wl in dict.fromkeys(r.workload for r in rows):
+        by = {r.impl: r for r in rows if r.workload == wl}
+        nbytes = next(iter(by.values())).nbytes
+        limit = f"{nbytes / (copy_gbps * 1e6):.2f}" if copy_gbps else "—"
+        ours, best = _best_peer(by)
+        tgt = targets.get(wl)
+        cells = " | ".join(_ms_cell(by.get(i)) for i in impls)
+        lines.append(
+            f"| {wl} | {nbytes / 1e9:.2f} GB | {limit} | {cells} | "
+            f"{f'≤ {tgt:.1f}' if tgt else '—'} | {_vs(ours, best)} |"
+        )
+    return lines + [""]
+
+
+def _is_bulk_skip(note: str) -> bool:
+    return note == "time budget exhausted" or note.startswith("aborted")
 
 
 def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
-    lines = [f"# rownorm benchmark — {info.device_name}", ""]
+    """The report: run facts, one table per op × mode, the seeds' workloads, notes."""
     build = info.build
     copy = f"**{info.copy_gbps:.0f} GB/s**" if info.copy_gbps else "not measured"
-    lines += [
+    lines = [
+        f"# rownorm benchmark — {info.device_name}",
+        "",
         f"- command: `{info.command}`",
         f"- started {info.started}, took {info.duration_s:.0f} s; torch {info.torch_version}, "
         f"CUDA {info.cuda_version}; rownorm {build.get('version', '?')} "
@@ -1023,101 +1139,44 @@ def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
         "written, same run)",
         f"- time: median over reps, {info.timer}; the cache flushed before every rep by "
         f"writing {_size(info.flush_bytes)}",
-        "- every implementation checked against the float64 reference first "
-        "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16; outputs and input gradients); "
-        "a failing one is shown as FAIL",
-        "- cells: GB/s (% of copy limit) from the byte formula; b = bytes per element",
+        "- every implementation is checked against the float64 reference first "
+        "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16, outputs and input gradients); "
+        "one that fails is shown as FAIL and not timed",
+        "- b = bytes per element; M rows of N elements, reduced over N",
         "",
     ]
-    ops = list(dict.fromkeys(r.op for r in results))
-    for op in ops:
+    for op in dict.fromkeys(r.op for r in results):
         op_rows = [r for r in results if r.op == op]
-        spec = OPS.get(op)
-        meta = _impl_meta(op)
         grid = [r for r in op_rows if r.workload == "grid"]
         for mode in dict.fromkeys(r.mode for r in grid):
-            rows = [r for r in grid if r.mode == mode]
-            impls = _ordered_impls(op, rows)
-            formula = ""
-            if spec:
-                formula = spec.fwd_bytes_text if mode == "fwd" else spec.fwdbwd_bytes_text
-            title = "forward" if mode == "fwd" else "forward + backward"
-            lines += [f"## {op} — {title}", "", f"bytes = {formula}", ""]
-            heads = [meta[i].label if i in meta else i for i in impls]
-            lines.append("| N | dtype | M | " + " | ".join(heads) + " | best peer | vs best |")
-            lines.append("|---:|---|---:|" + "---|" * len(impls) + "---|---:|")
-            keys = list(dict.fromkeys((r.N, r.dtype, r.M) for r in rows))
-            dt_order = list(dict.fromkeys(r.dtype for r in rows))
-            keys.sort(key=lambda k: (dt_order.index(k[1]), k[0]))
-            for n, dt, m in keys:
-                by = {r.impl: r for r in rows if (r.N, r.dtype, r.M) == (n, dt, m)}
-                ours = next(
-                    (
-                        by[i]
-                        for i in impls
-                        if meta.get(i) and meta[i].family == "rownorm" and i in by
-                    ),
-                    None,
-                )
-                peers = [
-                    r for i, r in by.items() if not (meta.get(i) and meta[i].family == "rownorm")
-                ]
-                best, vs = _speedup(ours, peers)
-                cells = [_cell(by.get(i)) for i in impls]
-                lines.append(
-                    f"| {n} | {_short(dt)} | {m} | " + " | ".join(cells) + f" | {best} | {vs} |"
-                )
-            lines.append("")
+            lines += _grid_table(op, mode, [r for r in grid if r.mode == mode])
         seeds = [r for r in op_rows if r.workload != "grid"]
         if seeds:
-            lines += [f"## {op} — the seeds' workloads (ms, % of copy limit)", ""]
-            impls = _ordered_impls(op, seeds)
-            heads = [meta[i].label if i in meta else i for i in impls]
-            lines.append(
-                "| workload | copy limit | "
-                + " | ".join(heads)
-                + " | target (H100) | vs best peer |"
-            )
-            lines.append("|---|---:|" + "---:|" * len(impls) + "---:|---:|")
-            targets = {s.title: s.target_ms_h100 for s in spec.seeds} if spec else {}
-            for wl in dict.fromkeys(r.workload for r in seeds):
-                by = {r.impl: r for r in seeds if r.workload == wl}
-                any_r = next(iter(by.values()))
-                limit = f"{any_r.nbytes / (info.copy_gbps * 1e6):.2f}" if info.copy_gbps else "—"
-                ours = next(
-                    (r for i, r in by.items() if meta.get(i) and meta[i].family == "rownorm"), None
-                )
-                peers = [
-                    r for i, r in by.items() if not (meta.get(i) and meta[i].family == "rownorm")
-                ]
-                ok = [p for p in peers if p.status == "ok" and p.ms]
-                vs = (
-                    f"{min(p.ms for p in ok) / ours.ms:.2f}×"
-                    if ok and ours and ours.status == "ok" and ours.ms
-                    else "—"
-                )
-                tgt = targets.get(wl)
-                lines.append(
-                    f"| {wl} | {limit} | "
-                    + " | ".join(_ms_cell(by.get(i)) for i in impls)
-                    + f" | {f'≤ {tgt:.1f}' if tgt else '—'} | {vs} |"
-                )
-            lines.append("")
-        if meta:
+            lines += _seed_table(op, seeds, info.copy_gbps)
+        meta = _impl_meta(op)
+        named = [i for i in _ordered_impls(op, op_rows) if i in meta]
+        if named:
             lines += ["Implementations:", ""]
-            for i in _ordered_impls(op, op_rows):
-                if i in meta:
-                    lines.append(f"- {meta[i].label}: `{meta[i].expr}`")
+            lines += [f"- {meta[i].label}: `{meta[i].expr}`" for i in named]
             lines.append("")
     problems = [r for r in results if r.status != "ok"]
     if problems or info.notes:
         lines += ["## Notes", ""]
         lines += [f"- {n}" for n in info.notes]
+        bulk = [r for r in problems if r.status == "skipped" and _is_bulk_skip(r.note)]
+        for note in dict.fromkeys(r.note for r in bulk):
+            count = sum(r.note == note for r in bulk)
+            lines.append(f"- {count} measurement(s) skipped: {note}")
+        problems = [r for r in problems if r not in bulk]
+        grouped: dict[tuple[str, str, str], list[str]] = {}
         for r in problems:
             where = f"{r.op} {r.mode} {_short(r.dtype)} M={r.M} N={r.N}"
             if r.workload != "grid":
-                where += f" [{r.workload}]"
-            lines.append(f"- {where} {r.impl}: {r.status}" + (f" — {r.note}" if r.note else ""))
+                where = f"{r.op} [{r.workload}]"
+            grouped.setdefault((where, r.status, r.note), []).append(r.impl)
+        for (where, status, note), impls in grouped.items():
+            why = f" — {note}" if note else ""
+            lines.append(f"- {where}, {', '.join(impls)}: {status}{why}")
         lines.append("")
     return "\n".join(lines)
 
@@ -1137,7 +1196,6 @@ def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[
         rows = [r for r in results if r.op == op and r.workload == "grid"]
         if not rows:
             continue
-        meta = _impl_meta(op)
         modes = list(dict.fromkeys(r.mode for r in rows))
         dtypes = list(dict.fromkeys(r.dtype for r in rows))
         fig, axes = plt.subplots(
@@ -1153,13 +1211,13 @@ def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[
                     )
                     if not pts:
                         continue
-                    is_ours = meta.get(impl) and meta[impl].family == "rownorm"
+                    is_ours = any(_is_ours(r) for r in sub if r.impl == impl)
                     ax.plot(
                         [p[0] for p in pts],
                         [p[1] for p in pts],
                         marker="o",
                         linewidth=2.5 if is_ours else 1.3,
-                        label=meta[impl].label if impl in meta else impl,
+                        label=_label(op, impl),
                     )
                 if info.copy_gbps:
                     ax.axhline(
@@ -1170,12 +1228,15 @@ def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[
                         label=f"copy limit {info.copy_gbps:.0f}",
                     )
                 ax.set_xscale("log", base=2)
+                ns = sorted({r.N for r in sub})
+                ax.set_xticks(ns, [str(n) for n in ns], fontsize=8)
+                ax.minorticks_off()
                 ax.set_xlabel("N (row length)")
                 ax.set_ylabel("GB/s")
                 ax.set_ylim(bottom=0)
                 ax.set_title(f"{op} {'fwd' if mode == 'fwd' else 'fwd+bwd'} {_short(dt)}")
                 ax.grid(True, alpha=0.3)
-                ax.legend(fontsize=8, loc="lower right")
+                ax.legend(fontsize=8, loc="best")
         fig.suptitle(f"rownorm {op} — {info.device_name}", fontsize=11)
         fig.tight_layout()
         path = os.path.join(out_dir, f"{op}.png")
@@ -1410,8 +1471,10 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
         print(list_ops())
         return 0
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)  # CUDA events record on the current device's stream
     if device.type == "cpu":
         print(
             "warning: no CUDA device; timing on the CPU with wall time (smoke runs only)",
@@ -1429,7 +1492,10 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
         ops=list(args.ops),
     )
     specs = [OPS[o] for o in args.ops]
-    configs = build_configs(args, specs)
+    unavailable = probe_impls(specs, args.impls)
+    for (op, impl), why in unavailable.items():
+        print(f"{op} {impl}: not run ({why})", flush=True)
+    configs = build_configs(args, specs, unavailable)
     n_meas = sum(len(c.impls) for c in configs)
     print(
         f"rownorm.bench on {name}: {len(configs)} configurations, {n_meas} measurements "
@@ -1463,7 +1529,7 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
         signal.signal(signal.SIGTERM, old_handler)
         runner.close_csv()
         info.duration_s = time.monotonic() - t0
-        for (op, impl), why in runner.unavailable.items():
+        for (op, impl), why in unavailable.items():
             info.notes.append(f"{op} {impl}: not run ({why})")
         if runner.aborted:
             info.notes.append(runner.aborted)
@@ -1477,13 +1543,7 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
             csv_path=os.path.join(out_dir, "results.csv"),
         )
         print("wrote " + ", ".join(paths), flush=True)
-    bad = [
-        r
-        for r in runner.results
-        if r.status in ("FAIL", "error")
-        and _impl_meta(r.op).get(r.impl)
-        and _impl_meta(r.op)[r.impl].family == "rownorm"
-    ]
+    bad = [r for r in runner.results if r.status in ("FAIL", "error") and _is_ours(r)]
     peers_bad = [r for r in runner.results if r.status in ("FAIL", "error") and r not in bad]
     if peers_bad:
         print(

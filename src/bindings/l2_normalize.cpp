@@ -1,7 +1,7 @@
 // Bindings of l2_normalize and l2_normalize_backward: checks, layout, device, stream, dtype.
-#include "kernels/cpu/l2_normalize_cpu.h"
 #include "kernels/l2_normalize.h"
 #include "bindings/utils.h"
+#include "kernels/cpu/l2_normalize_cpu.h"
 
 namespace rownorm {
 namespace {
@@ -22,9 +22,8 @@ Tensor L2NormalizeCpu(Tensor x, int64_t dim, double eps) {
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const ColumnArgs<T, 1> args{{ConstPtr<T>(xc)}, MutPtr<T>(y), s.outer, s.d, s.inner};
-    ParallelRows(s.outer * s.inner, s.d, [&](int64_t begin, int64_t end) {
-      L2NormalizeFwdCpu<T>(args, eps, begin, end);
-    });
+    ParallelRows(s.outer * s.inner, s.d,
+                 [&](int64_t begin, int64_t end) { L2NormalizeFwdCpu<T>(args, eps, begin, end); });
   });
   return y;
 }
@@ -42,9 +41,8 @@ Tensor L2NormalizeBackwardCpu(Tensor grad, Tensor x, int64_t dim, double eps) {
     using T = decltype(tag);
     const ColumnArgs<T, 2> args{
         {ConstPtr<T>(xc), ConstPtr<T>(gc)}, MutPtr<T>(dx), s.outer, s.d, s.inner};
-    ParallelRows(s.outer * s.inner, s.d, [&](int64_t begin, int64_t end) {
-      L2NormalizeBwdCpu<T>(args, eps, begin, end);
-    });
+    ParallelRows(s.outer * s.inner, s.d,
+                 [&](int64_t begin, int64_t end) { L2NormalizeBwdCpu<T>(args, eps, begin, end); });
   });
   return dx;
 }
@@ -143,6 +141,16 @@ STABLE_TORCH_LIBRARY_IMPL(rownorm, SparseCPU, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(rownorm, SparseCUDA, m) {
+  m.impl("l2_normalize", TORCH_BOX(&RejectSparse));
+  m.impl("l2_normalize_backward", TORCH_BOX(&RejectSparseBackward));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(rownorm, SparseCsrCPU, m) {
+  m.impl("l2_normalize", TORCH_BOX(&RejectSparse));
+  m.impl("l2_normalize_backward", TORCH_BOX(&RejectSparseBackward));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(rownorm, SparseCsrCUDA, m) {
   m.impl("l2_normalize", TORCH_BOX(&RejectSparse));
   m.impl("l2_normalize_backward", TORCH_BOX(&RejectSparseBackward));
 }

@@ -50,8 +50,8 @@ inline std::string ShapeString(const Tensor& t) {
 
 inline void CheckFloating(const char* op, const char* name, const Tensor& t) {
   const ScalarType st = t.scalar_type();
-  ROWNORM_CHECK(st == ScalarType::Float || st == ScalarType::Double ||
-                    st == ScalarType::Half || st == ScalarType::BFloat16,
+  ROWNORM_CHECK(st == ScalarType::Float || st == ScalarType::Double || st == ScalarType::Half ||
+                    st == ScalarType::BFloat16,
                 op, ": ", name, " must be float32, float16, bfloat16 or float64, got ",
                 DtypeName(st));
 }
@@ -74,9 +74,8 @@ inline void CheckLike(const char* op, const char* name, const Tensor& other, con
   ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on x's device (",
                 x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
                 other.is_cuda() ? "cuda:" + std::to_string(other.get_device_index()) : "cpu");
-  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name,
-                " must have x's dtype ", DtypeName(x.scalar_type()), ", got ",
-                DtypeName(other.scalar_type()));
+  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name, " must have x's dtype ",
+                DtypeName(x.scalar_type()), ", got ", DtypeName(other.scalar_type()));
   bool same = other.dim() == x.dim();
   for (int64_t i = 0; same && i < x.dim(); ++i) same = other.size(i) == x.size(i);
   ROWNORM_CHECK(same, op, ": ", name, " must have x's shape ", ShapeString(x), ", got ",
@@ -158,14 +157,12 @@ T* MutPtr(const Tensor& t) {
 
 inline cudaStream_t CurrentCudaStream(const Tensor& t) {
   void* stream = nullptr;
-  TORCH_ERROR_CODE_CHECK(
-      aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
   return static_cast<cudaStream_t>(stream);
 }
 
 inline void CheckLaunch(const char* op, cudaError_t err) {
-  ROWNORM_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ",
-                cudaGetErrorString(err));
+  ROWNORM_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
 }
 
 // Splits rows [0, rows) over torch's intra-op threads, about `grain_elems` elements per task.

@@ -32,9 +32,8 @@ struct L2NormalizeBwdOp {
 
   template <class Row>
   ROWNORM_DEVICE void operator()(Row& row) const {
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [](const Acc* v, int64_t) {
-      return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1]}};
-    });
+    const Array<Acc, 2> s = row.Reduce(
+        SumOp{}, [](const Acc* v, int64_t) { return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1]}}; });
     const Acc norm = Sqrt(s[0]);
     const bool clamped = norm < eps;
     const Acc inv = Acc(1) / (clamped ? eps : norm);

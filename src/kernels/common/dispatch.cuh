@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/common/row.cuh"
@@ -117,15 +119,35 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
   return {RowTier::kStreaming, 0, kStreamingThreads, 0};
 }
 
+// For the tier sweep (benchmarks/sweep_tiers.py) only: ROWNORM_SWEEP_CLUSTER="C:T:V" runs
+// rows that fit on a cluster of C CTAs x T threads x V packs, among the instantiated extra
+// configurations (8:512:8, 8:256:16, 16:256:16, 4:512:8), instead of the table's choice.
+struct SweepCluster {
+  int cluster = 0;
+  int threads = 0;
+  int vecs = 0;
+};
+
+inline SweepCluster SweepClusterConfig() {
+  static const SweepCluster config = [] {
+    SweepCluster c;
+    if (const char* env = std::getenv("ROWNORM_SWEEP_CLUSTER")) {
+      if (std::sscanf(env, "%d:%d:%d", &c.cluster, &c.threads, &c.vecs) != 3) c = {};
+    }
+    return c;
+  }();
+  return config;
+}
+
 inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
 // Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
 // when the device cannot co-schedule such a cluster.
-template <class Op, typename T, int kVec, int kThreads, int kCluster>
+template <class Op, typename T, int kVec, int kThreads, int kCluster, int kVecs = kClusterVecs>
 cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  auto kernel = ClusterRowKernel<Op, T, kVec, kClusterVecs, kThreads, kCluster>;
+  auto kernel = ClusterRowKernel<Op, T, kVec, kVecs, kThreads, kCluster>;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> schedulable[kMaxDevices];  // 0 unknown, 1 yes, 2 no
   int device = 0;
@@ -147,15 +169,10 @@ cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStr
   if (state == 0) {
     if (kCluster > 8) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (device < kMaxDevices) schedulable[device].store(2);
-        return cudaErrorNotSupported;
-      }
     }
     cfg.gridDim = dim3(kCluster);
     int clusters = 0;
-    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
     if (err != cudaSuccess || clusters < 1) {
       (void)cudaGetLastError();
       if (device < kMaxDevices) schedulable[device].store(2);
@@ -169,8 +186,7 @@ cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStr
 }
 
 template <class Op, typename T, int kVec>
-cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op,
-                               cudaStream_t stream) {
+cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   StreamingRowKernel<Op, T, kVec, kStreamingThreads>
       <<<GridFor(a.rows), kStreamingThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
@@ -229,6 +245,32 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
         }
       case RowTier::kCluster: {
         constexpr int kT = kClusterThreads;
+        const SweepCluster sweep = SweepClusterConfig();
+        if (sweep.cluster > 0) {
+          const int64_t cap = int64_t{sweep.cluster} * sweep.threads * sweep.vecs * kVec;
+          if (a.n <= cap) {
+            const int key = sweep.cluster * 100000 + sweep.threads * 100 + sweep.vecs;
+            switch (key) {
+              case 8 * 100000 + 512 * 100 + 8:
+                err = LaunchClusterRow<Op, T, kVec, 512, 8, 8>(a, op, stream);
+                break;
+              case 8 * 100000 + 256 * 100 + 16:
+                err = LaunchClusterRow<Op, T, kVec, 256, 8, 16>(a, op, stream);
+                break;
+              case 16 * 100000 + 256 * 100 + 16:
+                err = LaunchClusterRow<Op, T, kVec, 256, 16, 16>(a, op, stream);
+                break;
+              case 4 * 100000 + 512 * 100 + 8:
+                err = LaunchClusterRow<Op, T, kVec, 512, 4, 8>(a, op, stream);
+                break;
+              default: err = cudaErrorInvalidConfiguration;
+            }
+            if (err != cudaErrorInvalidConfiguration) {
+              if (err != cudaErrorNotSupported) return err;
+              return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+            }
+          }
+        }
         switch (plan.threads == kWideClusterThreads ? 32 : plan.cluster) {
           case 2: err = LaunchClusterRow<Op, T, kVec, kT, 2>(a, op, stream); break;
           case 4: err = LaunchClusterRow<Op, T, kVec, kT, 4>(a, op, stream); break;
@@ -239,8 +281,7 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
         if (err != cudaErrorNotSupported) return err;
         return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
       }
-      case RowTier::kStreaming:
-        break;
+      case RowTier::kStreaming: break;
     }
     return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
   }

@@ -103,8 +103,7 @@ struct BlockReduceStorage {
 // All-reduce over a 1-D block of kThreads threads (a multiple of 32); `parity` is the
 // caller's per-block buffer selector, identical in every thread, flipped by each call.
 template <int kThreads, typename Op, typename V>
-ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storage,
-                                int& parity) {
+ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storage, int& parity) {
   static_assert(kThreads % kWarpSize == 0, "block size must be a multiple of 32");
   static_assert(sizeof(V) <= 16, "reduction value must fit a 16-byte slot");
   v = WarpAllReduce<kWarpSize>(v, op);
@@ -116,7 +115,8 @@ ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storag
     __syncthreads();
     v = *reinterpret_cast<const V*>(storage.bytes[parity][0]);
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = op(v, *reinterpret_cast<const V*>(storage.bytes[parity][w]));
+    for (int w = 1; w < kWarps; ++w)
+      v = op(v, *reinterpret_cast<const V*>(storage.bytes[parity][w]));
     parity ^= 1;
   }
   return v;

@@ -79,8 +79,7 @@ struct ClusterTeam {  // kCluster CTAs of a cluster; CTA rank c owns slice c of 
   ROWNORM_DEVICE int SliceRank() const { return blockIdx.x % kCluster; }
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
-    return ClusterAllReduce<kCtaThreads, kCluster>(v, op, storage, block_parity,
-                                                   cluster_parity);
+    return ClusterAllReduce<kCtaThreads, kCluster>(v, op, storage, block_parity, cluster_parity);
   }
 };
 
@@ -110,8 +109,8 @@ template <class Team, int kVec>
 struct Ownership {
   int64_t first_vec;  // this thread's first pack; its k-th is first_vec + k * kThreads
   int64_t vec_end;
-  int64_t head_col;   // column of the owned head scalar, or -1
-  int64_t tail_col;   // column of the owned tail scalar, or -1
+  int64_t head_col;  // column of the owned head scalar, or -1
+  int64_t tail_col;  // column of the owned tail scalar, or -1
 
   template <typename T>
   ROWNORM_DEVICE Ownership(const Team& team, const RowGeometry<T, kVec>& g, bool valid) {
@@ -408,8 +407,8 @@ __global__ void __launch_bounds__(kCtaThreads)
 }
 
 template <class Op, typename T, int kVec, int kVecs, int kThreads>
-__global__ void __launch_bounds__(kThreads) CtaRowKernel(const RowArgs<T, Op::kIn> args,
-                                                         const Op op) {
+__global__ void __launch_bounds__(kThreads)
+    CtaRowKernel(const RowArgs<T, Op::kIn> args, const Op op) {
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
@@ -419,8 +418,8 @@ __global__ void __launch_bounds__(kThreads) CtaRowKernel(const RowArgs<T, Op::kI
 }
 
 template <class Op, typename T, int kVec, int kVecs, int kThreads, int kCluster>
-__global__ void __launch_bounds__(kThreads) ClusterRowKernel(const RowArgs<T, Op::kIn> args,
-                                                             const Op op) {
+__global__ void __launch_bounds__(kThreads)
+    ClusterRowKernel(const RowArgs<T, Op::kIn> args, const Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ ClusterReduceStorage<kThreads> storage;
   ClusterTeam<kThreads, kCluster> team{storage};
@@ -436,8 +435,8 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const RowArgs<T, Op
 }
 
 template <class Op, typename T, int kVec, int kThreads>
-__global__ void __launch_bounds__(kThreads) StreamingRowKernel(const RowArgs<T, Op::kIn> args,
-                                                               const Op op) {
+__global__ void __launch_bounds__(kThreads)
+    StreamingRowKernel(const RowArgs<T, Op::kIn> args, const Op op) {
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
@@ -447,8 +446,8 @@ __global__ void __launch_bounds__(kThreads) StreamingRowKernel(const RowArgs<T, 
 }
 
 template <class Op, typename T, int kTx, int kTy, int kCache>
-__global__ void __launch_bounds__(kTx* kTy) ColumnKernel(const ColumnArgs<T, Op::kIn> args,
-                                                         const Op op) {
+__global__ void __launch_bounds__(kTx* kTy)
+    ColumnKernel(const ColumnArgs<T, Op::kIn> args, const Op op) {
   __shared__ ColumnReduceStorage<kTx, kTy> storage;
   int parity = 0;
   const int64_t tiles = (args.inner + kTx - 1) / kTx;

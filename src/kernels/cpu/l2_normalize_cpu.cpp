@@ -57,7 +57,7 @@ void L2NormalizeBwdCpu(const ColumnArgs<T, 2>& a, double eps, int64_t begin, int
   }
 }
 
-#define ROWNORM_INSTANTIATE(T)                                                            \
+#define ROWNORM_INSTANTIATE(T)                                                           \
   template void L2NormalizeFwdCpu<T>(const ColumnArgs<T, 1>&, double, int64_t, int64_t); \
   template void L2NormalizeBwdCpu<T>(const ColumnArgs<T, 2>&, double, int64_t, int64_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)

@@ -1,0 +1,435 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: build in place, self-check, the whole test suite,
+# compute-sanitizer (memcheck + racecheck), the benchmark, and a summary.
+#
+#   bash scripts/gpu_check.sh            # everything, about 9 minutes at most
+#   SKIP_TESTS=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
+#
+# Output goes to $OUT (default ./gpu_check_out), at most 7 files, none deeper than $OUT/bench/:
+#   summary.md        GPU, build info, ptxas registers/spills, step results, benchmark tables
+#   build.log         the build (ptxas summary first, then warnings/errors and the tail)
+#   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
+#   sanitizer.log     compute-sanitizer memcheck and racecheck on scripts' small workload
+#   bench/results.csv, bench/results.md, bench/l2_normalize.png   (python -m rownorm.bench)
+#
+# Environment:
+#   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
+#   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
+#   TORCH_CUDA_ARCH_LIST  default 9.0
+#   PYTEST_ARGS           default: -q -m "large or not large" (the whole suite, large included)
+#   BENCH_ARGS            default: --ops l2_normalize (the full grid and the seeds' workloads)
+#   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
+#   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
+#   PYTHON                default python3
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 2
+OUT=${OUT:-$ROOT/gpu_check_out}
+mkdir -p "$OUT/bench"
+WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
+PY=${PYTHON:-python3}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH="$CUDA_HOME/bin:$PATH"
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+TOTAL_BUDGET=${TOTAL_BUDGET:-540}
+START=$SECONDS
+DEADLINE=$((START + TOTAL_BUDGET))
+
+BUILD_LOG=$OUT/build.log
+TESTS_LOG=$OUT/tests.log
+SAN_LOG=$OUT/sanitizer.log
+SUMMARY=$OUT/summary.md
+: >"$TESTS_LOG"
+: >"$SAN_LOG"
+rm -f "$OUT"/bench/results.csv "$OUT"/bench/results.md "$OUT"/bench/*.png
+
+# Step results, in order: name|status|seconds|detail
+STEPS=()
+FAILED=0
+
+log() { echo "[gpu_check $(date +%H:%M:%S) +$((SECONDS - START))s] $*"; }
+
+# The seconds a step may take: at most $1, and never past the deadline less $2 (reserved for
+# the steps after it and the summary).
+budget() {
+  local max=$1 reserve=${2:-15}
+  local left=$((DEADLINE - SECONDS - reserve))
+  ((left < max)) && echo "$left" || echo "$max"
+}
+
+record() { # name status seconds detail
+  STEPS+=("$1|$2|$3|$4")
+  case "$2" in FAIL*|ERROR*|TIMEOUT*) FAILED=1 ;; esac
+  write_summary
+}
+
+status_of() { # exit code -> word
+  case "$1" in
+    0) echo ok ;;
+    124|137) echo TIMEOUT ;;
+    *) echo "FAIL (rc $1)" ;;
+  esac
+}
+
+write_summary() {
+  {
+    echo "# rownorm GPU check — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo
+    echo "- GPU: ${GPU_INFO:-unknown}"
+    echo "- runtime: ${RUNTIME_INFO:-unknown}"
+    echo "- build info: ${BUILD_INFO:-not built}"
+    echo "- command: \`${COMMAND}\`"
+    echo "- elapsed: $((SECONDS - START)) s of $TOTAL_BUDGET s"
+    echo
+    echo "| step | result | seconds | detail |"
+    echo "|---|---|---:|---|"
+    local s
+    for s in "${STEPS[@]}"; do
+      IFS='|' read -r name st secs detail <<<"$s"
+      echo "| $name | $st | $secs | ${detail//|/\\|} |"
+    done
+    echo
+    if [[ -s $WORK/ptxas_top.md ]]; then
+      echo "## ptxas: registers and spills per kernel"
+      echo
+      cat "$WORK/ptxas_top.md"
+      echo
+    fi
+    if [[ -s $WORK/selfcheck_fail.txt ]]; then
+      echo "## Self-check failures"
+      echo
+      echo '```'
+      head -40 "$WORK/selfcheck_fail.txt"
+      echo '```'
+      echo
+    fi
+    if [[ -s $WORK/tests_fail.txt ]]; then
+      echo "## Test failures (pytest short summary)"
+      echo
+      echo '```'
+      head -60 "$WORK/tests_fail.txt"
+      echo '```'
+      echo
+    fi
+    if [[ -s $WORK/sanitizer_summary.txt ]]; then
+      echo "## compute-sanitizer"
+      echo
+      echo '```'
+      cat "$WORK/sanitizer_summary.txt"
+      echo '```'
+      echo
+    fi
+    if [[ -s $WORK/quick_timing.txt ]]; then
+      echo "## Quick timing (python -m rownorm)"
+      echo
+      echo '```'
+      cat "$WORK/quick_timing.txt"
+      echo '```'
+      echo
+    fi
+    if [[ -s $OUT/bench/results.md ]]; then
+      echo "## Benchmark"
+      echo
+      sed -e 's/^# /### /' -e 's/^## /### /' "$OUT/bench/results.md"
+    fi
+  } >"$SUMMARY"
+}
+
+# --------------------------------------------------------------------------------------------
+COMMAND=""
+for v in SKIP_BUILD SKIP_SELFCHECK SKIP_TESTS SKIP_SANITIZER SKIP_BENCH REBUILD \
+  TORCH_CUDA_ARCH_LIST PYTEST_ARGS BENCH_ARGS SANITIZER_ARGS TOTAL_BUDGET; do
+  [[ -v $v ]] && COMMAND+="$v=$(printf %q "${!v}") "
+done
+COMMAND+="bash scripts/gpu_check.sh"
+log "$COMMAND"
+log "repo $ROOT, output $OUT, budget ${TOTAL_BUDGET}s"
+GPU_INFO=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
+  | head -1)
+HAVE_GPU=0
+[[ -n $GPU_INFO ]] && HAVE_GPU=1
+RUNTIME_INFO=$($PY -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA available {torch.cuda.is_available()}")' 2>&1 | tail -1)
+log "GPU: ${GPU_INFO:-none}; $RUNTIME_INFO"
+write_summary
+
+# ---- build ---------------------------------------------------------------------------------
+if [[ ${SKIP_BUILD:-0} == 1 ]]; then
+  record build skipped 0 "SKIP_BUILD=1"
+else
+  t0=$SECONDS
+  limit=$(budget 330 120)
+  # ninja rebuilds only what changed (and ptxas reports only that): REBUILD=1 starts afresh.
+  [[ ${REBUILD:-0} == 1 ]] && rm -rf build
+  log "build (limit ${limit}s): setup.py build_ext --inplace"
+  MAX_JOBS=${MAX_JOBS:-$(nproc)} NVCC_THREADS=${NVCC_THREADS:-4} \
+    TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} ROWNORM_PTXAS_VERBOSE=1 \
+    timeout -k 10 "$limit" "$PY" setup.py build_ext --inplace >"$WORK/build_full.log" 2>&1
+  rc=$?
+  # ptxas resource usage per kernel (entry functions), demangled.
+  "$PY" - "$WORK/build_full.log" "$WORK/ptxas_top.md" >"$WORK/ptxas.md" <<'EOF'
+import re, subprocess, sys
+
+text = open(sys.argv[1], errors="replace").read()
+kernels, cur = {}, None
+for line in text.splitlines():
+    m = re.search(r"Compiling entry function '([^']+)' for '(sm_\w+)'", line)
+    if m:
+        cur = (m.group(1), m.group(2))
+        kernels[cur] = {"regs": 0, "stack": 0, "spill_st": 0, "spill_ld": 0, "smem": 0}
+        continue
+    if cur is None:
+        continue
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                  line)
+    if m:
+        kernels[cur].update(stack=int(m[1]), spill_st=int(m[2]), spill_ld=int(m[3]))
+    m = re.search(r"Used (\d+) registers", line)
+    if m:
+        s = re.search(r"(\d+) bytes smem", line)
+        kernels[cur].update(regs=int(m[1]), smem=int(s[1]) if s else 0)
+        cur = None
+if not kernels:
+    sys.exit(0)
+names = sorted({k[0] for k in kernels})
+try:
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    pretty = dict(zip(names, out, strict=True))
+except (OSError, subprocess.CalledProcessError, ValueError):
+    pretty = {n: n for n in names}
+
+
+def short(name):
+    """'void rownorm::K<rownorm::Op<float>, float, 4>(args...)' -> 'K<Op<float>, float, 4>'."""
+    name = name.removeprefix("void ").replace("rownorm::", "")
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
+def spills(v):
+    return v["spill_st"] + v["spill_ld"] > 0
+
+
+def table(rows):
+    lines = ["| kernel | arch | regs | spill st/ld (B) | stack (B) | smem (B) |",
+             "|---|---|---:|---:|---:|---:|"]
+    for (name, arch), v in rows:
+        flag = " **spills**" if spills(v) else ""
+        lines.append(f"| `{short(pretty[name])}`{flag} | {arch} | {v['regs']} | "
+                     f"{v['spill_st']}/{v['spill_ld']} | {v['stack']} | {v['smem']} |")
+    return "\n".join(lines)
+
+
+items = sorted(kernels.items(), key=lambda kv: (not spills(kv[1]), short(pretty[kv[0][0]])))
+n_spill = sum(spills(v) for v in kernels.values())
+head = (f"{len(kernels)} kernel(s), {n_spill} with spills, at most "
+        f"{max(v['regs'] for v in kernels.values())} registers.\n")
+print(head)
+print(table(items))
+# For summary.md: the kernels that spill, then the 12 with the most registers.
+top = [kv for kv in items if spills(kv[1])]
+top += sorted((kv for kv in items if not spills(kv[1])), key=lambda kv: -kv[1]["regs"])[:12]
+with open(sys.argv[2], "w") as f:
+    f.write(head + "\nKernels that spill, then the 12 using the most registers (all of them in "
+            "build.log):\n\n" + table(top) + "\n")
+EOF
+  if [[ ! -s $WORK/ptxas.md && -s build/rownorm_ptxas.md ]]; then
+    note="(from an earlier build on this machine: nothing was recompiled; REBUILD=1 to redo)"
+    { echo "$note"; echo; cat build/rownorm_ptxas.md; } >"$WORK/ptxas.md"
+    { echo "$note"; echo; cat build/rownorm_ptxas_top.md 2>/dev/null; } >"$WORK/ptxas_top.md"
+  elif [[ -s $WORK/ptxas.md ]]; then
+    mkdir -p build && cp "$WORK/ptxas.md" build/rownorm_ptxas.md
+    cp "$WORK/ptxas_top.md" build/rownorm_ptxas_top.md
+  fi
+  # The returned log: ptxas summary, then warnings and errors, then the tail.
+  {
+    echo "==== ptxas summary"
+    cat "$WORK/ptxas.md" 2>/dev/null
+    echo
+    echo "==== warnings and errors (first 150)"
+    grep -E -i '(error|warning)' "$WORK/build_full.log" | grep -v 'ptxas info' | head -150
+    echo
+    echo "==== last 300 lines of $(wc -l <"$WORK/build_full.log") (ptxas info lines left out)"
+    grep -v -E '^(ptxas info|    [0-9]+ bytes stack frame)' "$WORK/build_full.log" | tail -300
+  } >"$BUILD_LOG"
+  st=$(status_of "$rc")
+  so=$(find python/rownorm -maxdepth 1 -name '_C*.so' | head -1)
+  record build "$st" $((SECONDS - t0)) "${so:-no _C*.so}; $(grep -c 'Compiling entry' "$WORK/build_full.log") kernel(s) compiled; $(grep -E -ic ' warning' "$WORK/build_full.log") warning line(s)"
+  log "build: $st ($((SECONDS - t0))s)"
+  if [[ $rc != 0 ]]; then
+    tail -40 "$WORK/build_full.log"
+    log "build failed: the remaining steps need the library; stopping"
+    write_summary
+    sed -n '/^| step/,/^$/p' "$SUMMARY"
+    exit 1
+  fi
+fi
+BUILD_INFO=$($PY -c 'import rownorm; print(rownorm.build_info())' 2>&1 | tail -1)
+write_summary
+
+# ---- self-check ----------------------------------------------------------------------------
+if [[ ${SKIP_SELFCHECK:-0} == 1 ]]; then
+  record self-check skipped 0 "SKIP_SELFCHECK=1"
+else
+  t0=$SECONDS
+  limit=$(budget 90 120)
+  log "self-check: python -m rownorm (limit ${limit}s)"
+  { echo "==== python -m rownorm"; } >>"$TESTS_LOG"
+  timeout -k 10 "$limit" "$PY" -m rownorm 2>&1 | tee "$WORK/selfcheck.log" | tee -a "$TESTS_LOG"
+  rc=${PIPESTATUS[0]}
+  grep -E '^\s+FAIL ' "$WORK/selfcheck.log" >"$WORK/selfcheck_fail.txt"
+  sed -n '/^quick timing/,/^$/p' "$WORK/selfcheck.log" >"$WORK/quick_timing.txt"
+  last=$(grep -E '^(PASS|FAIL):' "$WORK/selfcheck.log" | tail -1)
+  record self-check "$(status_of "$rc")" $((SECONDS - t0)) "${last:-no verdict line}"
+fi
+
+# ---- tests ---------------------------------------------------------------------------------
+if [[ ${SKIP_TESTS:-0} == 1 ]]; then
+  record tests skipped 0 "SKIP_TESTS=1"
+else
+  t0=$SECONDS
+  limit=$(budget 200 100)
+  pytest_args=(-q -m "large or not large")
+  [[ -v PYTEST_ARGS ]] && eval "pytest_args=($PYTEST_ARGS)"
+  extra=(-rfE -p no:cacheprovider)
+  "$PY" -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=120)
+  log "tests: pytest tests ${extra[*]} ${pytest_args[*]} (limit ${limit}s)"
+  echo "==== pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
+  timeout -k 10 "$limit" "$PY" -m pytest tests "${extra[@]}" "${pytest_args[@]}" 2>&1 \
+    | tee "$WORK/pytest.log" | tee -a "$TESTS_LOG"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
+  line=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
+    "$WORK/pytest.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
+  st=$(status_of "$rc")
+  [[ $rc == 5 ]] && st="FAIL (no tests ran)"
+  record tests "$st" $((SECONDS - t0)) "${line:-no pytest summary line}"
+  log "tests: $st — $line"
+fi
+
+# ---- compute-sanitizer ---------------------------------------------------------------------
+SANITIZER=$(command -v compute-sanitizer)
+[[ -z $SANITIZER && -x $CUDA_HOME/compute-sanitizer/compute-sanitizer ]] \
+  && SANITIZER=$CUDA_HOME/compute-sanitizer/compute-sanitizer
+if [[ ${SKIP_SANITIZER:-0} == 1 ]]; then
+  record sanitizer skipped 0 "SKIP_SANITIZER=1"
+elif [[ -z $SANITIZER || $HAVE_GPU == 0 ]]; then
+  record sanitizer skipped 0 "no compute-sanitizer or no GPU"
+else
+  cat >"$WORK/sanitize_l2.py" <<'EOF'
+"""Small workload for compute-sanitizer: every tier of l2_normalize, forward + backward."""
+import torch
+
+import rownorm  # noqa: F401
+from rownorm import reference
+
+torch.manual_seed(0)
+# (shape, dim, slice_cols): tiers by N (warp / CTA / cluster / beyond), a strided reduction
+# over dim 0 of a 3-D tensor, and row-strided input (a column slice of a wider tensor).
+cases = [
+    ((64, 100), -1, None), ((16, 3000), -1, None), ((4, 65535), -1, None),
+    ((2, 300000), -1, None), ((300, 4, 5), 0, None), ((3, 70, 33), 1, None),
+    ((8, 1024), -1, 1000),
+]
+worst = 0.0
+for dtype in (torch.float32, torch.bfloat16):
+    for shape, dim, cols in cases:
+        base = torch.randn(shape, device="cuda", dtype=dtype)
+        x = (base[:, :cols] if cols else base).detach().requires_grad_(True)
+        y = torch.ops.rownorm.l2_normalize(x, dim, 1e-12)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        torch.cuda.synchronize()
+        x64 = x.detach().double().requires_grad_(True)
+        ref = reference.l2_normalize(x64, dim)
+        (gref,) = torch.autograd.grad(ref, x64, dy.double())
+        err_y = ((y.double() - ref).norm() / ref.norm()).item()
+        err_g = ((x.grad.double() - gref).norm() / gref.norm().clamp_min(1e-30)).item()
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        worst = max(worst, err_y / tol, err_g / tol)
+        print(f"{str(dtype):<15} {str(tuple(x.shape)):<14} dim={dim:<2} "
+              f"err y {err_y:.1e} dx {err_g:.1e}", flush=True)
+print("sanitizer workload:", "results OK" if worst <= 1 else "RESULTS WRONG")
+EOF
+  : >"$WORK/sanitizer_summary.txt"
+  for tool in memcheck racecheck; do
+    t0=$SECONDS
+    reserve=80 # racecheck leaves this much for the benchmark
+    [[ $tool == memcheck ]] && reserve=200
+    limit=$(budget 150 $reserve)
+    if ((limit < 20)); then
+      record "$tool" skipped 0 "no time left"
+      continue
+    fi
+    log "sanitizer: $tool (limit ${limit}s)"
+    echo "==== compute-sanitizer --tool $tool" >>"$SAN_LOG"
+    # One cudaMalloc per tensor, so an access past a tensor's end is outside any allocation.
+    # shellcheck disable=SC2086
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$limit" "$SANITIZER" --tool "$tool" \
+      --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} "$PY" "$WORK/sanitize_l2.py" \
+      >"$WORK/$tool.log" 2>&1
+    rc=$?
+    head -c 400000 "$WORK/$tool.log" >>"$SAN_LOG"
+    sum=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HAZARD SUMMARY' "$WORK/$tool.log" | tail -1 \
+      | sed -e 's/^=* *//')
+    res=$(grep -E 'sanitizer workload:' "$WORK/$tool.log" | tail -1)
+    res=${res#sanitizer workload: }
+    { echo "$tool: ${sum:-no summary line} (rc $rc); ${res:-workload did not finish}"; } \
+      >>"$WORK/sanitizer_summary.txt"
+    st=$(status_of "$rc")
+    [[ $rc == 99 ]] && st="FAIL (errors found)"
+    [[ $rc == 0 && $res == *WRONG* ]] && st="FAIL (wrong results)"
+    record "$tool" "$st" $((SECONDS - t0)) "${sum:-no summary line}; ${res:-workload did not finish}"
+    log "$tool: $st — $sum"
+  done
+fi
+
+# ---- benchmark -----------------------------------------------------------------------------
+if [[ ${SKIP_BENCH:-0} == 1 ]]; then
+  record bench skipped 0 "SKIP_BENCH=1"
+elif [[ $HAVE_GPU == 0 ]]; then
+  record bench skipped 0 "no GPU"
+else
+  t0=$SECONDS
+  limit=$(budget 600 10)
+  if ((limit < 40)); then
+    record bench skipped 0 "no time left (${limit}s)"
+  else
+    # shellcheck disable=SC2206
+    bench_args=(${BENCH_ARGS:---ops l2_normalize})
+    log "bench: python -m rownorm.bench ${bench_args[*]} (limit ${limit}s)"
+    echo "==== python -m rownorm.bench ${bench_args[*]}" >>"$TESTS_LOG"
+    # The harness stops starting measurements at --time-budget and writes what it has; SIGTERM
+    # from timeout makes it write too.
+    timeout -s TERM -k 20 "$limit" "$PY" -m rownorm.bench --out "$OUT/bench" --no-command-file \
+      --time-budget $((limit - 25)) "${bench_args[@]}" 2>&1 | tee -a "$TESTS_LOG" \
+      | grep -v -E '^\[ *[0-9]+/[0-9]+\] .*: [0-9.]+ ms' # progress stays in tests.log
+    rc=${PIPESTATUS[0]}
+    n_ok=$(grep -c ',ok,' "$OUT/bench/results.csv" 2>/dev/null)
+    n_all=$(($(wc -l <"$OUT/bench/results.csv" 2>/dev/null || echo 1) - 1))
+    copy=$(grep -o 'copy limit: \*\*[0-9]* GB/s' "$OUT/bench/results.md" 2>/dev/null | grep -o '[0-9]* GB/s')
+    st=$(status_of "$rc")
+    [[ $rc == 1 ]] && st="FAIL (rownorm failed a check)"
+    record bench "$st" $((SECONDS - t0)) "${n_ok:-0} of ${n_all} measurements ok; copy limit ${copy:-?}"
+    log "bench: $st"
+  fi
+fi
+
+# ---- summary -------------------------------------------------------------------------------
+write_summary
+rm -rf "$WORK"
+echo
+echo "==== gpu_check summary ($((SECONDS - START)) s; files in $OUT)"
+printf '%-12s %-28s %7s  %s\n' step result seconds detail
+for s in "${STEPS[@]}"; do
+  IFS='|' read -r name st secs detail <<<"$s"
+  printf '%-12s %-28s %7s  %s\n' "$name" "$st" "$secs" "$detail"
+done
+exit $FAILED
