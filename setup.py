@@ -125,6 +125,40 @@ if DEBUG:
 if os.environ.get("ROWNORM_PTXAS_VERBOSE") == "1":
     nvcc_flags += ["-Xptxas=-v"]
 
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """build_ext that refuses a library carrying its own copy of the C++ runtime.
+
+    rownorm reports bad input by throwing C++ exceptions that torch catches and turns into
+    Python errors. If the compiler links libstdc++ statically (seen: a toolchain under
+    /opt/gcc whose driver does so by default), the library throws with its private runtime and
+    the process crashes on the first error instead of raising. Checked with readelf when
+    it is available.
+    """
+
+    def run(self) -> None:
+        super().run()
+        readelf = shutil.which("readelf")
+        if readelf is None:
+            return
+        for extension in self.extensions:
+            path = self.get_ext_fullpath(extension.name)
+            if self.inplace:
+                path = os.path.join(
+                    ROOT, "python", *extension.name.split(".")[:-1], os.path.basename(path)
+                )
+            if not os.path.exists(path):
+                continue
+            dynamic = subprocess.run([readelf, "-d", path], capture_output=True, text=True).stdout
+            if "libstdc++" not in dynamic:
+                raise RuntimeError(
+                    f"rownorm: {os.path.basename(path)} does not link libstdc++ dynamically "
+                    f"(compiler: {os.environ.get('CXX', 'c++')}); its C++ exceptions would crash "
+                    "torch instead of raising errors. Build with a compiler that links the "
+                    "shared libstdc++, e.g. CXX=/usr/bin/g++."
+                )
+
+
 ext = CUDAExtension(
     name="rownorm._C",
     sources=_read_sources(),
@@ -139,7 +173,7 @@ setup(
     packages=["rownorm"],
     package_dir={"": "python"},
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
     python_requires=">=3.10",
     install_requires=[f"torch>={MIN_TORCH}"],
