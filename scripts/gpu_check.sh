@@ -30,9 +30,12 @@ mkdir -p "$OUT/bench"
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
 PY=${PYTHON:-python3}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-# The system compiler: the GPU image's default c++ (/opt/gcc) links libstdc++ statically, and
-# a library built that way crashes on its first error (setup.py refuses to build it).
-if [[ -z ${CXX:-} && -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++; fi
+# The system compiler: the GPU image sets CXX=/opt/gcc/bin/g++, which links libstdc++
+# statically, and a library built that way crashes on its first error (setup.py refuses to
+# build it). ROWNORM_CXX / ROWNORM_CC choose another.
+if [[ -x ${ROWNORM_CXX:-/usr/bin/g++} ]]; then
+  export CXX=${ROWNORM_CXX:-/usr/bin/g++} CC=${ROWNORM_CC:-/usr/bin/gcc}
+fi
 export PATH="$CUDA_HOME/bin:$PATH"
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
