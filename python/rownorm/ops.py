@@ -60,8 +60,9 @@ def _l2_normalize_backward_fake(
     check_eps("l2_normalize_backward", eps)
     torch._check(
         grad.device == x.device,
-        lambda: f"l2_normalize_backward: grad must be on x's device ({x.device}), "
-        f"got {grad.device}",
+        lambda: (
+            f"l2_normalize_backward: grad must be on x's device ({x.device}), got {grad.device}"
+        ),
     )
     torch._check(
         grad.shape == x.shape,
