@@ -6,8 +6,9 @@ Each configuration runs in its own process (the dispatcher reads ROWNORM_SWEEP_C
     python benchmarks/sweep_tiers.py --child    # one configuration (from the environment)
 
 Configurations: the table's default choice ("table") and the extra instantiated ones of
-src/kernels/common/dispatch.cuh. Times are medians of CUDA-event timings with L2 flushed;
-"%" is the share of the device-to-device copy bandwidth measured in the same process.
+src/kernels/common/dispatch.cuh. Timing and the copy limit come from the shared harness
+(rownorm.bench.Timer, measure_copy_bandwidth): medians of CUDA-event timings with the L2
+flushed; "%" is the share of the device-to-device copy bandwidth measured in the same process.
 """
 
 import argparse
@@ -27,39 +28,21 @@ SHAPES = [
 ]
 
 
-def _time(fn, reps=15):
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+def child(device: torch.device, elems: int) -> None:
+    import rownorm  # noqa: F401  (loads the ops)
+    from rownorm.bench import COPY_BYTES_CPU, COPY_BYTES_CUDA, Timer, measure_copy_bandwidth
 
-
-def _copy_bandwidth() -> float:
-    src = torch.empty(1 << 29, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / _time(lambda: dst.copy_(src)) / 1e6
-
-
-def child() -> None:
-    import rownorm  # noqa: F401
-
-    copy_gbs = _copy_bandwidth()
+    timer = Timer(device)
+    copy_bytes = COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU
+    copy_gbs, _ = measure_copy_bandwidth(timer, copy_bytes)
     for dtype, n in SHAPES:
-        m = (1 << 28) // n
-        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        x = torch.randn(max(elems // n, 1), n, device=device, dtype=dtype)
         dy = torch.randn_like(x)
         nbytes = x.numel() * x.element_size()
-        t_fwd = _time(lambda x=x: torch.ops.rownorm.l2_normalize(x, -1, 1e-12))
-        t_bwd = _time(lambda x=x, dy=dy: torch.ops.rownorm.l2_normalize_backward(dy, x, -1, 1e-12))
+        t_fwd, _ = timer(lambda x=x: torch.ops.rownorm.l2_normalize(x, -1, 1e-12))
+        t_bwd, _ = timer(
+            lambda x=x, dy=dy: torch.ops.rownorm.l2_normalize_backward(dy, x, -1, 1e-12)
+        )
         fwd_pct = 100 * 2 * nbytes / t_fwd / 1e6 / copy_gbs
         bwd_pct = 100 * 3 * nbytes / t_bwd / 1e6 / copy_gbs
         print(
@@ -68,22 +51,26 @@ def child() -> None:
             flush=True,
         )
         del x, dy
-        torch.cuda.empty_cache()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cpu gives a wall-time smoke run only")
+    parser.add_argument("--elems", type=int, default=1 << 28, help="M·N per shape")
     args = parser.parse_args()
     if args.child:
-        child()
+        child(torch.device(args.device), args.elems)
         return
     for config in CONFIGS:
         env = dict(os.environ)
         env.pop("ROWNORM_SWEEP_CLUSTER", None)
         if config != "table":
             env["ROWNORM_SWEEP_CLUSTER"] = config
-        subprocess.run([sys.executable, __file__, "--child"], env=env, check=True)
+        cmd = [sys.executable, __file__, "--child", "--device", args.device]
+        subprocess.run([*cmd, "--elems", str(args.elems)], env=env, check=True)
 
 
 if __name__ == "__main__":
