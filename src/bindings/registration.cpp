@@ -1,9 +1,38 @@
 // The one registration block: every schema of the rownorm namespace. Implementations are
 // registered per backend next to each op's binding (l2_normalize.cpp, ...); fakes and autograd
 // in python/rownorm/ops.py.
+//
+// Backward ops take what the forward saved (x, or the output y for softmax / log_softmax) and
+// recompute the per-row statistics in the same pass that reads the gradient. Parameter
+// gradients are float32 of shape (N,), or of shape (0,) when not requested; the autograd
+// formula casts them to the parameter's dtype.
 #include <torch/csrc/stable/library.h>
 
 STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def("l2_normalize(Tensor x, int dim=-1, float eps=1e-12) -> Tensor");
   m.def("l2_normalize_backward(Tensor grad, Tensor x, int dim=-1, float eps=1e-12) -> Tensor");
+  m.def("l1_normalize(Tensor x, int dim=-1, float eps=1e-12, bool mean=False) -> Tensor");
+  m.def(
+      "l1_normalize_backward(Tensor grad, Tensor x, int dim=-1, float eps=1e-12, "
+      "bool mean=False) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor? weight=None, int dim=-1, float? eps=None) -> Tensor");
+  m.def(
+      "rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, float eps, "
+      "bool weight_grad) -> (Tensor, Tensor)");
+  m.def(
+      "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, int dim=-1, "
+      "float eps=1e-05) -> Tensor");
+  m.def(
+      "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, float eps, "
+      "bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)");
+  m.def("softmax(Tensor x, int dim=-1) -> Tensor");
+  m.def("softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor");
+  m.def("log_softmax(Tensor x, int dim=-1) -> Tensor");
+  m.def("log_softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor");
+  m.def(
+      "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) "
+      "-> (Tensor, Tensor)");
+  m.def(
+      "add_rms_norm_backward(Tensor grad, Tensor? grad_residual, Tensor r, Tensor? weight, "
+      "float eps, bool weight_grad) -> (Tensor, Tensor)");
 }

@@ -15,6 +15,8 @@ struct RowArgs {
   int64_t out_stride;
   int64_t rows;
   int64_t n;
+  T* out2 = nullptr;  // second output of two-output ops (add_rms_norm's x + residual)
+  int64_t out2_stride = 0;
 };
 
 // Contiguous (outer, d, inner) operands, reduced over d (inner > 1: the strided-dim path).
@@ -25,6 +27,7 @@ struct ColumnArgs {
   int64_t outer;
   int64_t d;
   int64_t inner;
+  T* out2 = nullptr;  // second output of two-output ops, laid out like out
 };
 
 }  // namespace rownorm

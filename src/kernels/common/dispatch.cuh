@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/common/row.cuh"
@@ -97,7 +95,7 @@ constexpr int kStreamingThreads = 512;
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // These first boundaries follow the register budget; the benchmark sweep refines them.
-inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cluster = true) {
   if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
     while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
@@ -112,36 +110,25 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters) {
         return {RowTier::kCluster, 0, kClusterThreads, cluster};
       }
     }
-    if (n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
+    if (wide_cluster && n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
       return {RowTier::kCluster, 0, kWideClusterThreads, 16};
     }
   }
   return {RowTier::kStreaming, 0, kStreamingThreads, 0};
 }
 
-// For the tier sweep (benchmarks/sweep_tiers.py) only: ROWNORM_SWEEP_CLUSTER="C:T:V" runs
-// rows that fit on a cluster of C CTAs x T threads x V packs, among the instantiated extra
-// configurations (8:512:8, 8:256:16, 16:256:16, 4:512:8), instead of the table's choice.
-struct SweepCluster {
-  int cluster = 0;
-  int threads = 0;
-  int vecs = 0;
-};
-
-inline SweepCluster SweepClusterConfig() {
-  static const SweepCluster config = [] {
-    SweepCluster c;
-    if (const char* env = std::getenv("ROWNORM_SWEEP_CLUSTER")) {
-      if (std::sscanf(env, "%d:%d:%d", &c.cluster, &c.threads, &c.vecs) != 3) c = {};
-    }
-    return c;
-  }();
-  return config;
-}
-
 inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
+
+// Whether Op runs on the 512-thread cluster configuration (128 registers per thread): ops
+// whose body needs more than that with 8 packs of every input cached opt out with
+// `static constexpr bool kWideCluster = false;` and stream those rows instead of spilling.
+template <class Op, class = void>
+struct WideClusterOk : std::true_type {};
+template <class Op>
+struct WideClusterOk<Op, std::void_t<decltype(Op::kWideCluster)>>
+    : std::bool_constant<Op::kWideCluster> {};
 
 // Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
 // when the device cannot co-schedule such a cluster.
@@ -228,7 +215,7 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
     DeviceInfo dev;
     cudaError_t err = GetDeviceInfo(&dev);
     if (err != cudaSuccess) return err;
-    RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9);
+    RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9, WideClusterOk<Op>::value);
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
@@ -245,38 +232,18 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
         }
       case RowTier::kCluster: {
         constexpr int kT = kClusterThreads;
-        const SweepCluster sweep = SweepClusterConfig();
-        if (sweep.cluster > 0) {
-          const int64_t cap = int64_t{sweep.cluster} * sweep.threads * sweep.vecs * kVec;
-          if (a.n <= cap) {
-            const int key = sweep.cluster * 100000 + sweep.threads * 100 + sweep.vecs;
-            switch (key) {
-              case 8 * 100000 + 512 * 100 + 8:
-                err = LaunchClusterRow<Op, T, kVec, 512, 8, 8>(a, op, stream);
-                break;
-              case 8 * 100000 + 256 * 100 + 16:
-                err = LaunchClusterRow<Op, T, kVec, 256, 8, 16>(a, op, stream);
-                break;
-              case 16 * 100000 + 256 * 100 + 16:
-                err = LaunchClusterRow<Op, T, kVec, 256, 16, 16>(a, op, stream);
-                break;
-              case 4 * 100000 + 512 * 100 + 8:
-                err = LaunchClusterRow<Op, T, kVec, 512, 4, 8>(a, op, stream);
-                break;
-              default: err = cudaErrorInvalidConfiguration;
-            }
-            if (err != cudaErrorInvalidConfiguration) {
-              if (err != cudaErrorNotSupported) return err;
-              return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
-            }
+        if constexpr (WideClusterOk<Op>::value) {
+          if (plan.threads == kWideClusterThreads) {
+            err = LaunchClusterRow<Op, T, kVec, kWideClusterThreads, 16>(a, op, stream);
+            if (err != cudaErrorNotSupported) return err;
+            return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
           }
         }
-        switch (plan.threads == kWideClusterThreads ? 32 : plan.cluster) {
+        switch (plan.cluster) {
           case 2: err = LaunchClusterRow<Op, T, kVec, kT, 2>(a, op, stream); break;
           case 4: err = LaunchClusterRow<Op, T, kVec, kT, 4>(a, op, stream); break;
           case 8: err = LaunchClusterRow<Op, T, kVec, kT, 8>(a, op, stream); break;
-          case 16: err = LaunchClusterRow<Op, T, kVec, kT, 16>(a, op, stream); break;
-          default: err = LaunchClusterRow<Op, T, kVec, kWideClusterThreads, 16>(a, op, stream);
+          default: err = LaunchClusterRow<Op, T, kVec, kT, 16>(a, op, stream);
         }
         if (err != cudaErrorNotSupported) return err;
         return LaunchStreamingRow<Op, T, kVec>(a, op, stream);

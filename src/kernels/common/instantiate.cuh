@@ -8,3 +8,12 @@
   MACRO(double)                            \
   MACRO(__half)                            \
   MACRO(__nv_bfloat16)
+
+// Element type T with the weight types an op accepts: T itself, or float for 16-bit T.
+#define ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(MACRO) \
+  MACRO(float, float)                                 \
+  MACRO(double, double)                               \
+  MACRO(__half, __half)                               \
+  MACRO(__half, float)                                \
+  MACRO(__nv_bfloat16, __nv_bfloat16)                 \
+  MACRO(__nv_bfloat16, float)

@@ -3,19 +3,25 @@
 // Every primitive returns the reduced value to EVERY participating thread, so a kernel body
 // reads like its maths (`ss = row.Reduce(SumOp{}, x²)`, then `y = x * rsqrt(ss)`).
 // The value type V is a float, a double or an Array<float|double, K> (several statistics in
-// one pass, sharing one barrier); sizeof(V) <= 16.
+// one pass, sharing one barrier); sizeof(V) <= kReduceSlotBytes.
 // Results are deterministic: partials are always combined in the same order.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include <cfloat>
+
+#if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#endif
 
 #include "kernels/common/types.cuh"
 
 namespace rownorm {
 
 constexpr int kWarpSize = 32;
+
+// Bytes of one shared-memory slot of a reduction value: up to four doubles (LayerNorm's
+// backward reduces three statistics at once).
+constexpr int kReduceSlotBytes = 32;
 
 template <typename T, int K>
 ROWNORM_HOST_DEVICE Array<T, K> operator+(const Array<T, K>& a, const Array<T, K>& b) {
@@ -97,7 +103,7 @@ ROWNORM_DEVICE V WarpAllReduce(V v, Op op) {
 template <int kThreads>
 struct BlockReduceStorage {
   static constexpr int kWarps = kThreads / kWarpSize;
-  alignas(16) unsigned char bytes[2][kWarps][16];
+  alignas(16) unsigned char bytes[2][kWarps][kReduceSlotBytes];
 };
 
 // All-reduce over a 1-D block of kThreads threads (a multiple of 32); `parity` is the
@@ -105,7 +111,7 @@ struct BlockReduceStorage {
 template <int kThreads, typename Op, typename V>
 ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storage, int& parity) {
   static_assert(kThreads % kWarpSize == 0, "block size must be a multiple of 32");
-  static_assert(sizeof(V) <= 16, "reduction value must fit a 16-byte slot");
+  static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
   v = WarpAllReduce<kWarpSize>(v, op);
   if constexpr (kThreads > kWarpSize) {
     constexpr int kWarps = kThreads / kWarpSize;
@@ -127,7 +133,7 @@ ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storag
 template <int kThreads>
 struct ClusterReduceStorage {
   BlockReduceStorage<kThreads> block;
-  alignas(16) unsigned char slot[2][16];
+  alignas(16) unsigned char slot[2][kReduceSlotBytes];
 };
 
 // All-reduce over a thread-block cluster of kCluster CTAs of kThreads threads (sm_90+).

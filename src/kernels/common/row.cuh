@@ -5,7 +5,10 @@
 // terms of
 //   V    row.Reduce(op, f)   f(const Acc* x, int64_t col) -> V, reduced over the whole row
 //                            and returned to every thread of the team;
-//   void row.Store(f)        out[col] = f(x, col) for every element of the row.
+//   void row.Store(f)        out[col] = f(x, col) for every element of the row;
+//   void row.Store2(f)       the same into the second output (two-output ops);
+//   row.Size(), row.Index()  the row length and the row's number;
+//   row.Leader()             true in exactly one thread of the team (per-row side outputs).
 // (x[i] is input i at column col, in the accumulator type.) The same body then runs in
 // every tier, which only differ in where the row lives and who shares it:
 //
@@ -135,21 +138,61 @@ struct Ownership {
 template <typename F, typename Acc>
 using ReduceValue = decltype(std::declval<F>()(std::declval<const Acc*>(), int64_t{}));
 
+// What every row view of the row tiers shares: the team, the row's geometry, this thread's
+// share of it, the outputs, and the row's identity (Index(), and Leader(): the one thread of
+// the team that writes per-row results such as saved statistics).
+template <typename T, int kIn, int kVec, class Team>
+class RowBase {
+ public:
+  using Acc = AccType<T>;
+
+  ROWNORM_DEVICE int64_t Size() const { return n_; }
+  ROWNORM_DEVICE int64_t Index() const { return row_; }
+  ROWNORM_DEVICE bool Leader() const {
+    return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
+  }
+
+ protected:
+  ROWNORM_DEVICE RowBase(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
+      : team_(team),
+        geo_(args.in[0] + (valid ? row : 0) * args.in_stride[0], args.n),
+        own_(team, geo_, valid),
+        out_(args.out + (valid ? row : 0) * args.out_stride),
+        out2_(args.out2 + (valid ? row : 0) * args.out2_stride),
+        n_(args.n),
+        row_(row),
+        valid_(valid) {}
+
+  ROWNORM_DEVICE static const T* In(const RowArgs<T, kIn>& args, int i, int64_t row, bool valid) {
+    return args.in[i] + (valid ? row : 0) * args.in_stride[i];
+  }
+
+  Team& team_;
+  RowGeometry<T, kVec> geo_;
+  Ownership<Team, kVec> own_;
+  T* out_;
+  T* out2_;
+  int64_t n_;
+  int64_t row_;
+  bool valid_;
+};
+
 // The row cached in registers as packs of the storage type (converted on use, which keeps
 // 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
 template <typename T, int kIn, int kVec, int kVecs, class Team>
-class CachedRow {
+class CachedRow : public RowBase<T, kIn, kVec, Team> {
+  using Base = RowBase<T, kIn, kVec, Team>;
+  using Base::geo_;
+  using Base::own_;
+
  public:
   using Acc = AccType<T>;
 
   ROWNORM_DEVICE CachedRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
-      : team_(team),
-        geo_(args.in[0] + (valid ? row : 0) * args.in_stride[0], args.n),
-        own_(team, geo_, valid),
-        out_(args.out + (valid ? row : 0) * args.out_stride) {
+      : Base(team, args, row, valid) {
 #pragma unroll
     for (int i = 0; i < kIn; ++i) {
-      const T* p = args.in[i] + (valid ? row : 0) * args.in_stride[i];
+      const T* p = Base::In(args, i, row, valid);
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         const int64_t v = own_.first_vec + k * Team::kThreads;
@@ -179,11 +222,22 @@ class CachedRow {
     }
     if (own_.head_col >= 0) acc = op(acc, f(Scalars(head_, x), own_.head_col));
     if (own_.tail_col >= 0) acc = op(acc, f(Scalars(tail_, x), own_.tail_col));
-    return team_.AllReduce(acc, op);
+    return this->team_.AllReduce(acc, op);
   }
 
+  // out[col] = f(x, col) for every element of the row; Store2 writes the second output.
   template <typename F>
   ROWNORM_DEVICE void Store(F f) {
+    StoreTo(this->out_, f);
+  }
+  template <typename F>
+  ROWNORM_DEVICE void Store2(F f) {
+    StoreTo(this->out2_, f);
+  }
+
+ private:
+  template <typename F>
+  ROWNORM_DEVICE void StoreTo(T* out, F f) {
     Acc x[kIn];
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
@@ -196,24 +250,19 @@ class CachedRow {
           for (int i = 0; i < kIn; ++i) x[i] = packs_[i][k].Get(e);
           o.Set(e, f(x, geo_.head + v * kVec + e));
         }
-        o.Store(out_ + geo_.head + v * kVec);
+        o.Store(out + geo_.head + v * kVec);
       }
     }
-    if (own_.head_col >= 0) out_[own_.head_col] = FromAcc<T>(f(Scalars(head_, x), own_.head_col));
-    if (own_.tail_col >= 0) out_[own_.tail_col] = FromAcc<T>(f(Scalars(tail_, x), own_.tail_col));
+    if (own_.head_col >= 0) out[own_.head_col] = FromAcc<T>(f(Scalars(head_, x), own_.head_col));
+    if (own_.tail_col >= 0) out[own_.tail_col] = FromAcc<T>(f(Scalars(tail_, x), own_.tail_col));
   }
 
- private:
   ROWNORM_DEVICE static const Acc* Scalars(const T (&s)[kIn], Acc (&x)[kIn]) {
 #pragma unroll
     for (int i = 0; i < kIn; ++i) x[i] = ToAcc(s[i]);
     return x;
   }
 
-  Team& team_;
-  RowGeometry<T, kVec> geo_;
-  Ownership<Team, kVec> own_;
-  T* out_;
   Pack<T, kVec> packs_[kIn][kVecs];
   T head_[kIn];
   T tail_[kIn];
@@ -222,17 +271,18 @@ class CachedRow {
 // The row left in global memory: every Reduce and Store streams it again. Used where no
 // cached tier fits (very long rows before sm_90, misaligned operands, float64).
 template <typename T, int kIn, int kVec, class Team>
-class StreamingRow {
+class StreamingRow : public RowBase<T, kIn, kVec, Team> {
+  using Base = RowBase<T, kIn, kVec, Team>;
+  using Base::geo_;
+  using Base::own_;
+
  public:
   using Acc = AccType<T>;
 
   ROWNORM_DEVICE StreamingRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
-      : team_(team),
-        geo_(args.in[0] + (valid ? row : 0) * args.in_stride[0], args.n),
-        own_(team, geo_, valid),
-        out_(args.out + (valid ? row : 0) * args.out_stride) {
+      : Base(team, args, row, valid) {
 #pragma unroll
-    for (int i = 0; i < kIn; ++i) in_[i] = args.in[i] + (valid ? row : 0) * args.in_stride[i];
+    for (int i = 0; i < kIn; ++i) in_[i] = Base::In(args, i, row, valid);
   }
 
   template <typename Op, typename F>
@@ -254,11 +304,21 @@ class StreamingRow {
     }
     if (own_.head_col >= 0) acc = op(acc, f(Scalars(own_.head_col, x), own_.head_col));
     if (own_.tail_col >= 0) acc = op(acc, f(Scalars(own_.tail_col, x), own_.tail_col));
-    return team_.AllReduce(acc, op);
+    return this->team_.AllReduce(acc, op);
   }
 
   template <typename F>
   ROWNORM_DEVICE void Store(F f) {
+    StoreTo(this->out_, f);
+  }
+  template <typename F>
+  ROWNORM_DEVICE void Store2(F f) {
+    StoreTo(this->out2_, f);
+  }
+
+ private:
+  template <typename F>
+  ROWNORM_DEVICE void StoreTo(T* out, F f) {
     Acc x[kIn];
 #pragma unroll 2
     for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
@@ -272,27 +332,22 @@ class StreamingRow {
         for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
         o.Set(e, f(x, geo_.head + v * kVec + e));
       }
-      o.Store(out_ + geo_.head + v * kVec);
+      o.Store(out + geo_.head + v * kVec);
     }
     if (own_.head_col >= 0) {
-      out_[own_.head_col] = FromAcc<T>(f(Scalars(own_.head_col, x), own_.head_col));
+      out[own_.head_col] = FromAcc<T>(f(Scalars(own_.head_col, x), own_.head_col));
     }
     if (own_.tail_col >= 0) {
-      out_[own_.tail_col] = FromAcc<T>(f(Scalars(own_.tail_col, x), own_.tail_col));
+      out[own_.tail_col] = FromAcc<T>(f(Scalars(own_.tail_col, x), own_.tail_col));
     }
   }
 
- private:
   ROWNORM_DEVICE const Acc* Scalars(int64_t col, Acc (&x)[kIn]) const {
 #pragma unroll
     for (int i = 0; i < kIn; ++i) x[i] = ToAcc(in_[i][col]);
     return x;
   }
 
-  Team& team_;
-  RowGeometry<T, kVec> geo_;
-  Ownership<Team, kVec> own_;
-  T* out_;
   const T* in_[kIn];
 };
 
@@ -301,7 +356,7 @@ class StreamingRow {
 // with kCache > 0 it keeps those (at most kCache) values in registers, otherwise it streams.
 template <int kTx, int kTy>
 struct ColumnReduceStorage {
-  alignas(16) unsigned char bytes[2][kTy][kTx][16];
+  alignas(16) unsigned char bytes[2][kTy][kTx][kReduceSlotBytes];
 };
 
 template <typename T, int kIn, int kTx, int kTy, int kCache>
@@ -313,11 +368,17 @@ class ColumnRow {
   // one row to the next (the double-buffering argument of BlockAllReduce).
   ROWNORM_DEVICE ColumnRow(ColumnReduceStorage<kTx, kTy>& storage, int& parity,
                            const ColumnArgs<T, kIn>& a, int64_t o, int64_t i)
-      : storage_(storage), parity_(parity), d_(a.d), inner_(a.inner), valid_(i < a.inner) {
+      : storage_(storage),
+        parity_(parity),
+        d_(a.d),
+        inner_(a.inner),
+        index_(o * a.inner + i),
+        valid_(i < a.inner) {
     const int64_t base = o * a.d * a.inner + (valid_ ? i : 0);
 #pragma unroll
     for (int k = 0; k < kIn; ++k) in_[k] = a.in[k] + base;
     out_ = a.out + base;
+    out2_ = a.out2 + base;
     if constexpr (kCache > 0) {
 #pragma unroll
       for (int c = 0; c < kCache; ++c) {
@@ -333,7 +394,7 @@ class ColumnRow {
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
     using V = ReduceValue<F, Acc>;
-    static_assert(sizeof(V) <= 16, "reduction value must fit a 16-byte slot");
+    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
     V acc = Op::template Identity<V>();
     ForEach([&](const Acc* x, int64_t d) { acc = op(acc, f(x, d)); });
     *reinterpret_cast<V*>(storage_.bytes[parity_][threadIdx.y][threadIdx.x]) = acc;
@@ -351,6 +412,16 @@ class ColumnRow {
   ROWNORM_DEVICE void Store(F f) {
     ForEach([&](const Acc* x, int64_t d) { out_[d * inner_] = FromAcc<T>(f(x, d)); });
   }
+  template <typename F>
+  ROWNORM_DEVICE void Store2(F f) {
+    ForEach([&](const Acc* x, int64_t d) { out2_[d * inner_] = FromAcc<T>(f(x, d)); });
+  }
+
+  // The row's number among the outer * inner rows, and whether this thread writes its
+  // per-row results (each column is one thread's; ty == 0 holds it).
+  ROWNORM_DEVICE int64_t Size() const { return d_; }
+  ROWNORM_DEVICE int64_t Index() const { return index_; }
+  ROWNORM_DEVICE bool Leader() const { return valid_ && threadIdx.y == 0; }
 
  private:
   template <typename G>
@@ -381,9 +452,11 @@ class ColumnRow {
   int& parity_;
   int64_t d_;
   int64_t inner_;
+  int64_t index_;
   bool valid_;
   const T* in_[kIn];
   T* out_;
+  T* out2_;
   T cache_[kIn][kCache > 0 ? kCache : 1];
 };
 

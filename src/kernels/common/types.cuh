@@ -64,6 +64,30 @@ ROWNORM_HOST_DEVICE float Sqrt(float v) { return sqrtf(v); }
 ROWNORM_HOST_DEVICE double Sqrt(double v) { return sqrt(v); }
 ROWNORM_HOST_DEVICE float Max(float a, float b) { return fmaxf(a, b); }
 ROWNORM_HOST_DEVICE double Max(double a, double b) { return fmax(a, b); }
+ROWNORM_HOST_DEVICE float Abs(float v) { return fabsf(v); }
+ROWNORM_HOST_DEVICE double Abs(double v) { return fabs(v); }
+ROWNORM_HOST_DEVICE float Exp(float v) { return expf(v); }
+ROWNORM_HOST_DEVICE double Exp(double v) { return exp(v); }
+ROWNORM_HOST_DEVICE float Log(float v) { return logf(v); }
+ROWNORM_HOST_DEVICE double Log(double v) { return log(v); }
+// sign(v) in {-1, 0, 1} (0 for ±0), the derivative of |v| that torch uses.
+template <typename A>
+ROWNORM_HOST_DEVICE A Sign(A v) {
+  return static_cast<A>((v > A(0)) - (v < A(0)));
+}
+
+// v rounded to the storage type T and back: what a torch expression computed in T holds.
+template <typename T, typename A>
+ROWNORM_HOST_DEVICE A RoundTo(A v) {
+  return static_cast<A>(ToAcc(FromAcc<T>(static_cast<AccType<T>>(v))));
+}
+
+// Element `col` of an optional per-column parameter (weight, bias) in the compute type A, or
+// `absent` when the parameter was not given.
+template <typename A, typename W>
+ROWNORM_HOST_DEVICE A Param(const W* p, int64_t col, A absent) {
+  return p != nullptr ? static_cast<A>(ToAcc(p[col])) : absent;
+}
 
 // A fixed-size array of accumulators: the value type of multi-statistic reductions (for
 // example (Σx², Σx·dy) in one pass, sharing one barrier).

@@ -1,0 +1,172 @@
+// Bindings of rms_norm, add_rms_norm and their backward ops.
+#include "bindings/rowwise.h"
+#include "kernels/rms_norm.cuh"
+
+namespace rownorm {
+namespace {
+
+// torch.finfo(dtype).eps: F.rms_norm's default eps.
+double DefaultEps(ScalarType t) {
+  switch (t) {
+    case ScalarType::Double: return 2.220446049250313e-16;
+    case ScalarType::Half: return 0.0009765625;
+    case ScalarType::BFloat16: return 0.0078125;
+    default: return 1.1920928955078125e-07;
+  }
+}
+
+double ResolveEps(const char* op, const Tensor& x, std::optional<double> eps) {
+  const double e = eps.has_value() ? *eps : DefaultEps(x.scalar_type());
+  CheckEps(op, e);
+  return e;
+}
+
+Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optional<double> eps) {
+  constexpr const char* kOp = "rms_norm";
+  dim = CheckRowwiseInput(kOp, x, dim);
+  const double e = ResolveEps(kOp, x, eps);
+  CheckParam(kOp, "weight", weight, x, dim);
+  const DeviceScope scope(x);
+  Tensor y = NewLike(x);
+  if (x.numel() == 0) return y;
+  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
+  const std::optional<Tensor> w = ParamAs(weight, pt);
+  const Problem<1> p = MakeProblem<1>({x}, dim);
+  DispatchFloating(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    DispatchParam<T>(pt, [&](auto wtag) {
+      using W = decltype(wtag);
+      RunOp<T>(kOp, p, y, nullptr, [&](auto acc) {
+        using Acc = decltype(acc);
+        return RmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
+      });
+    });
+  });
+  return y;
+}
+
+// dx = rms_norm_backward(grad, x) (+ extra, the gradient of add_rms_norm's second output),
+// and dweight when asked.
+template <int kIn>
+std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor, kIn>& ins,
+                                        const std::optional<Tensor>& weight, int64_t dim,
+                                        double eps, bool weight_grad) {
+  const Tensor& x = ins[0];
+  const DeviceScope scope(x);
+  Tensor dx = NewLike(x);
+  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
+  const std::optional<Tensor> w = ParamAs(weight, pt);
+  const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
+  const int64_t rows = p.outer * p.inner;
+  Tensor stats = NewStats(x, weight_grad && x.numel() > 0 ? rows : 0);
+  if (x.numel() > 0) {
+    DispatchFloating(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      DispatchParam<T>(pt, [&](auto wtag) {
+        using W = decltype(wtag);
+        RunOp<T, kIn == 2>(op, p, dx, nullptr, [&](auto acc) {
+          using Acc = decltype(acc);
+          Acc* s = weight_grad ? static_cast<Acc*>(stats.data_ptr()) : nullptr;
+          return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w), s};
+        });
+      });
+    });
+  }
+  Tensor dw;
+  DispatchFloating(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    Problem<2> xg;  // x and grad only
+    xg.in = {p.in[0], p.in[1]};
+    for (int i = 0; i < 2; ++i) {
+      for (int k = 0; k < 3; ++k) xg.stride[i][k] = p.stride[i][k];
+    }
+    xg.outer = x.numel() > 0 ? p.outer : 0;
+    xg.d = x.numel() > 0 ? p.d : x.size(dim);
+    xg.inner = p.inner;
+    xg.rows = p.rows;
+    xg.cuda = p.cuda;
+    dw = ParamGrads<T>(op, xg, stats, weight_grad, false)[0];
+  });
+  return {dx, dw};
+}
+
+std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<Tensor> weight,
+                                           int64_t dim, double eps, bool weight_grad) {
+  constexpr const char* kOp = "rms_norm_backward";
+  dim = CheckRowwiseInput(kOp, x, dim);
+  CheckEps(kOp, eps);
+  CheckLike(kOp, "grad", grad, x);
+  CheckParam(kOp, "weight", weight, x, dim);
+  ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
+                ": weight_grad=True needs the weight, got weight=None");
+  return RmsNormGrads<2>(kOp, {x, grad}, weight, dim, eps, weight_grad);
+}
+
+void CheckAddInputs(const char* op, const Tensor& x) {
+  CheckFloating(op, "x", x);
+  ROWNORM_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a 0-d tensor");
+}
+
+std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<Tensor> weight,
+                                      std::optional<double> eps) {
+  constexpr const char* kOp = "add_rms_norm";
+  CheckAddInputs(kOp, x);
+  CheckLike(kOp, "residual", residual, x);
+  const int64_t dim = x.dim() - 1;
+  const double e = ResolveEps(kOp, x, eps);
+  CheckParam(kOp, "weight", weight, x, dim);
+  const DeviceScope scope(x);
+  Tensor y = NewLike(x);
+  Tensor h = NewLike(x);
+  if (x.numel() == 0) return {y, h};
+  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
+  const std::optional<Tensor> w = ParamAs(weight, pt);
+  const Problem<2> p = MakeProblem<2>({x, residual}, dim);
+  DispatchFloating(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    DispatchParam<T>(pt, [&](auto wtag) {
+      using W = decltype(wtag);
+      RunOp<T, false>(kOp, p, y, &h, [&](auto acc) {
+        using Acc = decltype(acc);
+        return AddRmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
+      });
+    });
+  });
+  return {y, h};
+}
+
+std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor> grad_residual,
+                                              Tensor r, std::optional<Tensor> weight, double eps,
+                                              bool weight_grad) {
+  constexpr const char* kOp = "add_rms_norm_backward";
+  CheckAddInputs(kOp, r);
+  CheckEps(kOp, eps);
+  CheckLike(kOp, "grad", grad, r);
+  const int64_t dim = r.dim() - 1;
+  CheckParam(kOp, "weight", weight, r, dim);
+  ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
+                ": weight_grad=True needs the weight, got weight=None");
+  if (grad_residual.has_value()) {
+    CheckLike(kOp, "grad_residual", *grad_residual, r);
+    return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad);
+  }
+  return RmsNormGrads<2>(kOp, {r, grad}, weight, dim, eps, weight_grad);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(rownorm, CPU, m) {
+  m.impl("rms_norm", TORCH_BOX(&RmsNorm));
+  m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
+  m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
+  m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(rownorm, CUDA, m) {
+  m.impl("rms_norm", TORCH_BOX(&RmsNorm));
+  m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
+  m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
+  m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
+}
+
+}  // namespace rownorm

@@ -1,0 +1,250 @@
+// The shared body of every binding of an op that reduces over one dim: parameter checks, the
+// layout a problem runs in (row tiers without a copy, the strided-dim path, or contiguous
+// (outer, d, inner) operands on the CPU), and the launch on the tensor's device and stream.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include "bindings/utils.h"
+#include "kernels/common/args.h"
+#include "kernels/cpu/row_cpu.h"
+#include "kernels/launch.h"
+#include "kernels/param_grad.h"
+
+namespace rownorm {
+
+// Same-shaped operands of one op, seen as (outer, d, inner) with element strides per operand.
+// `rows`: every operand is row-viewable (the row tiers apply, inner == 1).
+template <int kIn>
+struct Problem {
+  std::array<Tensor, kIn> in;  // the tensors the kernels read (copies where one was needed)
+  int64_t stride[kIn][3];
+  int64_t outer = 1;
+  int64_t d = 1;
+  int64_t inner = 1;
+  bool rows = false;
+  bool cuda = false;
+};
+
+// CUDA: row views where every operand allows one, else contiguous copies (row tiers when dim
+// is then innermost, the strided-dim path otherwise). CPU: contiguous operands.
+template <int kIn>
+Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
+  Problem<kIn> p;
+  p.cuda = ins[0].is_cuda();
+  if (p.cuda) {
+    std::array<RowView, kIn> views;
+    bool all = true;
+    for (int i = 0; i < kIn; ++i) {
+      views[i] = TryRowView(ins[i], dim);
+      all = all && views[i].ok;
+    }
+    if (all) {
+      p.in = ins;
+      p.rows = true;
+      p.outer = views[0].rows;
+      p.d = views[0].n;
+      for (int i = 0; i < kIn; ++i) {
+        p.stride[i][0] = views[i].row_stride;
+        p.stride[i][1] = 1;
+        p.stride[i][2] = 0;
+      }
+      return p;
+    }
+  }
+  for (int i = 0; i < kIn; ++i) p.in[i] = Contiguous(ins[i]);
+  const ColumnShape s = ColumnShapeOf(p.in[0], dim);
+  p.outer = s.outer;
+  p.d = s.d;
+  p.inner = s.inner;
+  p.rows = p.cuda && s.inner == 1;
+  for (int i = 0; i < kIn; ++i) {
+    p.stride[i][0] = s.d * s.inner;
+    p.stride[i][1] = s.inner;
+    p.stride[i][2] = p.rows ? 0 : 1;
+  }
+  return p;
+}
+
+// Runs the op made by `make(acc)` (acc: a value of the accumulator type to use; the CPU
+// accumulates in double) over the problem, writing the new contiguous `out` (and `out2`).
+// kColumns = false for ops only instantiated on the row tiers (last-dim ops).
+template <typename T, bool kColumns = true, int kIn, class MakeOp>
+void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Tensor* out2,
+           MakeOp make) {
+  T* out2_ptr = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
+  if (!p.cuda) {
+    ColumnArgs<T, kIn> a{};
+    for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
+    a.out = MutPtr<T>(out);
+    a.outer = p.outer;
+    a.d = p.d;
+    a.inner = p.inner;
+    a.out2 = out2_ptr;
+    const auto op = make(double{});
+    ParallelRows(p.outer * p.inner, p.d,
+                 [&](int64_t begin, int64_t end) { RunRowsCpu(a, op, begin, end); });
+    return;
+  }
+  const cudaStream_t stream = CurrentCudaStream(out);
+  const auto op = make(AccType<T>{});
+  if (p.rows) {
+    RowArgs<T, kIn> a{};
+    for (int i = 0; i < kIn; ++i) {
+      a.in[i] = ConstPtr<T>(p.in[i]);
+      a.in_stride[i] = p.stride[i][0];
+    }
+    a.out = MutPtr<T>(out);
+    a.out_stride = p.d;
+    a.rows = p.outer;
+    a.n = p.d;
+    a.out2 = out2_ptr;
+    a.out2_stride = p.d;
+    CheckLaunch(name, LaunchRows(a, op, stream));
+  } else if constexpr (kColumns) {
+    ColumnArgs<T, kIn> a{};
+    for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
+    a.out = MutPtr<T>(out);
+    a.outer = p.outer;
+    a.d = p.d;
+    a.inner = p.inner;
+    a.out2 = out2_ptr;
+    CheckLaunch(name, LaunchColumns(a, op, stream));
+  } else {
+    ROWNORM_CHECK(false, name, ": internal error: no strided-dim kernel for this op");
+  }
+}
+
+// Makes t's device current for the scope when t is a CUDA tensor (nothing for CPU tensors).
+class DeviceScope {
+ public:
+  explicit DeviceScope(const Tensor& t) {
+    if (t.is_cuda()) guard_.emplace(t.get_device_index());
+  }
+
+ private:
+  std::optional<torch::stable::accelerator::DeviceGuard> guard_;
+};
+
+// A new contiguous tensor of x's shape and dtype.
+inline Tensor NewLike(const Tensor& x) { return torch::stable::new_empty(x, x.sizes()); }
+
+inline bool Is16Bit(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
+
+// The dtype per-column parameters run in: x's dtype when every given parameter has it, else
+// float32 for 16-bit x (the mixed-precision case), else x's dtype.
+inline ScalarType ParamDtype(const Tensor& x, std::initializer_list<const Tensor*> params) {
+  bool all_same = true;
+  for (const Tensor* p : params) all_same = all_same && (!p || p->scalar_type() == x.scalar_type());
+  if (all_same) return x.scalar_type();
+  return Is16Bit(x.scalar_type()) ? ScalarType::Float : x.scalar_type();
+}
+
+// Checks an optional parameter (weight, bias) of shape (x.size(dim),) and returns it
+// contiguous in `dtype`.
+inline std::optional<Tensor> CheckParam(const char* op, const char* name,
+                                        const std::optional<Tensor>& p, const Tensor& x,
+                                        int64_t dim) {
+  if (!p.has_value()) return std::nullopt;
+  const Tensor& w = *p;
+  CheckFloating(op, name, w);
+  ROWNORM_CHECK(w.dim() == 1 && w.size(0) == x.size(dim), op, ": ", name, " must have shape (",
+                x.size(dim), ",) (the size of x along dim ", dim, "), got ", ShapeString(w));
+  ROWNORM_CHECK(w.device() == x.device(), op, ": ", name, " must be on x's device (",
+                x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
+                w.is_cuda() ? "cuda:" + std::to_string(w.get_device_index()) : "cpu");
+  return p;
+}
+
+inline std::optional<Tensor> ParamAs(const std::optional<Tensor>& p, ScalarType dtype) {
+  if (!p.has_value()) return std::nullopt;
+  Tensor t = p->scalar_type() == dtype ? *p : torch::stable::to(*p, dtype);
+  return Contiguous(t);
+}
+
+// Calls f(W{}) with W the kernel type of parameters of dtype `pt` for elements of type T:
+// T itself, or float (16-bit T with float32 parameters).
+template <typename T, typename F>
+void DispatchParam(ScalarType pt, F&& f) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    if (pt == ScalarType::Float) {
+      f(float{});
+      return;
+    }
+  }
+  f(T{});
+}
+
+template <typename W>
+const W* ParamPtr(const std::optional<Tensor>& p) {
+  return p.has_value() ? static_cast<const W*>(p->data_ptr()) : nullptr;
+}
+
+// The accumulator dtype of the per-row statistics and parameter gradients on x's device:
+// float64 on the CPU and for float64 x, float32 otherwise.
+inline ScalarType AccDtype(const Tensor& x) {
+  return !x.is_cuda() || x.scalar_type() == ScalarType::Double ? ScalarType::Double
+                                                               : ScalarType::Float;
+}
+
+// (rows, 2) statistics saved by a backward kernel for the parameter gradients.
+inline Tensor NewStats(const Tensor& x, int64_t rows) {
+  return torch::stable::new_empty(x, {rows, 2}, AccDtype(x));
+}
+
+// Parameter gradients dweight / dbias (each requested one of shape (d,)) from x, dy and the
+// saved statistics, in float32 (float64 for float64 x). Unrequested ones are of shape (0,).
+template <typename T>
+std::array<Tensor, 2> ParamGrads(const char* name, const Problem<2>& p, const Tensor& stats,
+                                 bool want_w, bool want_b) {
+  const Tensor& x = p.in[0];
+  const ScalarType out_dtype =
+      x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+  const ScalarType acc = AccDtype(x);
+  Tensor dw = torch::stable::new_empty(x, {want_w ? p.d : 0}, acc);
+  Tensor db = torch::stable::new_empty(x, {want_b ? p.d : 0}, acc);
+  if (want_w || want_b) {
+    auto fill = [&](auto acc_tag) {
+      using Acc = decltype(acc_tag);
+      ParamGradArgs<T, Acc> a{};
+      a.x = ConstPtr<T>(p.in[0]);
+      a.dy = ConstPtr<T>(p.in[1]);
+      for (int k = 0; k < 3; ++k) {
+        a.x_stride[k] = p.stride[0][k];
+        a.dy_stride[k] = p.stride[1][k];
+      }
+      a.stats = static_cast<const Acc*>(stats.data_ptr());
+      a.outer = p.outer;
+      a.d = p.d;
+      a.inner = p.inner;
+      a.dweight = want_w ? static_cast<Acc*>(dw.data_ptr()) : nullptr;
+      a.dbias = want_b ? static_cast<Acc*>(db.data_ptr()) : nullptr;
+      if (!p.cuda) {
+        torch::stable::parallel_for(0, p.d, 1, [&](int64_t begin, int64_t end) {
+          ParamGradCpu<T, Acc>(a, begin, end);
+        });
+      } else {
+        if constexpr (std::is_same_v<Acc, AccType<T>>) {
+          const int64_t chunks = ParamGradChunks(p.outer * p.inner);
+          Tensor partial =
+              torch::stable::new_empty(x, {std::max<int64_t>(1, 2 * chunks * p.d)}, acc);
+          CheckLaunch(name, ParamGrad<T, Acc>(a, static_cast<Acc*>(partial.data_ptr()),
+                                              CurrentCudaStream(x)));
+        }
+      }
+    };
+    if (acc == ScalarType::Double) {
+      fill(double{});
+    } else {
+      fill(float{});
+    }
+  }
+  if (acc != out_dtype) {
+    dw = torch::stable::to(dw, out_dtype);
+    db = torch::stable::to(db, out_dtype);
+  }
+  return {dw, db};
+}
+
+}  // namespace rownorm

@@ -1,0 +1,76 @@
+// LayerNorm along one dimension: the op bodies, run by every tier of row.cuh (and by the CPU
+// rows of kernels/cpu/row_cpu.h, with Acc = double).
+//
+//   forward   μ = mean(x), var = mean((x − μ)²) (biased, two passes over the row: stable),
+//             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b
+//   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
+//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (kernels/param_grad.h, from the (μ, r) saved
+//             per row here)
+//
+// Both passes run over the row where the tier caches it (registers), so the row is read from
+// memory once; the streaming tier reads it once per pass.
+#pragma once
+
+#include "kernels/common/reduce.cuh"
+
+namespace rownorm {
+
+template <typename T, typename Acc, typename W>
+struct LayerNormFwdOp {
+  using Elem = T;
+  static constexpr int kIn = 1;  // x
+  Acc eps;
+  const W* weight;  // (n,) or nullptr
+  const W* bias;    // (n,) or nullptr
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Acc n = static_cast<Acc>(row.Size());
+    const Acc mu = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0]; }) / n;
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
+    const Acc r = Acc(1) / Sqrt(var + eps);
+    const W* w = weight;
+    const W* b = bias;
+    row.Store([mu, r, w, b](const Acc* x, int64_t col) {
+      return (x[0] - mu) * r * Param(w, col, Acc(1)) + Param(b, col, Acc(0));
+    });
+  }
+};
+
+template <typename T, typename Acc, typename W>
+struct LayerNormBwdOp {
+  using Elem = T;
+  static constexpr int kIn = 2;  // x, dy
+  static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
+  Acc eps;
+  const W* weight;  // (n,) or nullptr
+  Acc* stats;       // (rows, 2): (μ, r) per row, or nullptr
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Acc n = static_cast<Acc>(row.Size());
+    const W* w = weight;
+    const Acc mu = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0]; }) / n;
+    // (Σ(x − μ)², Σg, Σ(x − μ)·g)
+    const Array<Acc, 3> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
+      const Acc d = v[0] - mu;
+      const Acc g = v[1] * Param(w, col, Acc(1));
+      return Array<Acc, 3>{{d * d, g, d * g}};
+    });
+    const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
+    const Acc mean_g = s[1] / n;
+    const Acc c = r * r * s[2] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
+    if (stats != nullptr && row.Leader()) {
+      stats[2 * row.Index()] = mu;
+      stats[2 * row.Index() + 1] = r;
+    }
+    row.Store([mu, r, mean_g, c, w](const Acc* v, int64_t col) {
+      return r * (v[1] * Param(w, col, Acc(1)) - mean_g - (v[0] - mu) * c);
+    });
+  }
+};
+
+}  // namespace rownorm

@@ -1,0 +1,98 @@
+// Parameter-gradient kernels (see param_grad.h): chunk partials, then an in-order finalize.
+#include "kernels/common/dispatch.cuh"
+#include "kernels/common/instantiate.cuh"
+#include "kernels/param_grad.h"
+
+namespace rownorm {
+namespace {
+
+constexpr int kTx = 32;  // columns per CTA (lanes of a warp: coalesced when d is innermost)
+constexpr int kTy = 8;   // row slices per CTA
+
+// CTA (column tile, chunk c): partial[0][c][d] = Σ dy·x̂ and partial[1][c][d] = Σ dy over the
+// chunk's rows. Thread (tx, ty) sums rows ty, ty + kTy, ... of the chunk in order; the kTy
+// sums are then added in ty order.
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kTx* kTy)
+    ParamGradPartialKernel(const ParamGradArgs<T, Acc> a, Acc* partial, int64_t chunks) {
+  __shared__ Acc sums[2][kTy][kTx];
+  const int64_t rows = a.outer * a.inner;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kTx + threadIdx.x;
+  for (int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    Acc w = 0;
+    Acc b = 0;
+    if (d < a.d) {
+      const int64_t end = min(rows, (c + 1) * kParamGradChunkRows);
+      for (int64_t j = c * kParamGradChunkRows + threadIdx.y; j < end; j += kTy) {
+        const int64_t o = j / a.inner;
+        const int64_t i = j - o * a.inner;
+        const Acc x = a.dweight != nullptr
+                          ? ToAcc(a.x[o * a.x_stride[0] + d * a.x_stride[1] + i * a.x_stride[2]])
+                          : Acc(0);
+        const Acc g = ToAcc(a.dy[o * a.dy_stride[0] + d * a.dy_stride[1] + i * a.dy_stride[2]]);
+        if (a.dweight != nullptr) w += g * (x - a.stats[2 * j]) * a.stats[2 * j + 1];
+        b += g;
+      }
+    }
+    sums[0][threadIdx.y][threadIdx.x] = w;
+    sums[1][threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y < 2 && d < a.d) {
+      Acc s = sums[threadIdx.y][0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < kTy; ++y) s += sums[threadIdx.y][y][threadIdx.x];
+      partial[(threadIdx.y * chunks + c) * a.d + d] = s;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, typename Acc>
+__global__ void ParamGradFinalizeKernel(const ParamGradArgs<T, Acc> a, const Acc* partial,
+                                        int64_t chunks) {
+  for (int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; d < a.d;
+       d += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (a.dweight != nullptr) {
+      Acc s = 0;
+      for (int64_t c = 0; c < chunks; ++c) s += partial[c * a.d + d];
+      a.dweight[d] = s;
+    }
+    if (a.dbias != nullptr) {
+      Acc s = 0;
+      for (int64_t c = 0; c < chunks; ++c) s += partial[(chunks + c) * a.d + d];
+      a.dbias[d] = s;
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T, typename Acc>
+cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t stream) {
+  if (a.d == 0) return cudaSuccess;
+  const int64_t rows = a.outer * a.inner;
+  const int64_t chunks = ParamGradChunks(rows);
+  if (chunks == 0) {  // no rows: the gradients are zero
+    cudaError_t err = cudaSuccess;
+    if (a.dweight != nullptr) err = cudaMemsetAsync(a.dweight, 0, a.d * sizeof(Acc), stream);
+    if (err == cudaSuccess && a.dbias != nullptr) {
+      err = cudaMemsetAsync(a.dbias, 0, a.d * sizeof(Acc), stream);
+    }
+    return err;
+  }
+  const dim3 grid(GridFor((a.d + kTx - 1) / kTx), GridFor(std::min<int64_t>(chunks, 65535)));
+  ParamGradPartialKernel<T, Acc><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  ParamGradFinalizeKernel<T, Acc>
+      <<<GridFor(std::min<int64_t>((a.d + 255) / 256, 4096)), 256, 0, stream>>>(a, partial, chunks);
+  return cudaGetLastError();
+}
+
+#define ROWNORM_INSTANTIATE(T)                                                           \
+  template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&,     \
+                                                AccType<T>*, cudaStream_t);
+ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
+#undef ROWNORM_INSTANTIATE
+
+}  // namespace rownorm

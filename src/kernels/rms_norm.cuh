@@ -1,0 +1,93 @@
+// RMSNorm and residual-add + RMSNorm along one dimension: the op bodies, run by every tier of
+// row.cuh (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
+//
+//   forward   y  = x·r·w,   r = 1/sqrt(mean(x²) + eps)            (w = 1 without a weight)
+//   backward  g = w⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g)), ŷ = x·r
+//             dw = Σ_rows dy⊙ŷ  (kernels/param_grad.h, from the (0, r) saved per row here)
+//   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
+//             (rms_norm(h), h); its backward is rms_norm's plus the gradient flowing into h
+//             from the second output.
+//
+// The backward recomputes r in the pass that reads dy (one two-value reduction): it moves x
+// and dy in and dx out once, and saves (0, r) per row for the weight gradient when asked.
+#pragma once
+
+#include "kernels/common/reduce.cuh"
+
+namespace rownorm {
+
+template <typename T, typename Acc, typename W>
+struct RmsNormFwdOp {
+  using Elem = T;
+  static constexpr int kIn = 1;  // x
+  Acc eps;
+  const W* weight;  // (n,) or nullptr
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Acc n = static_cast<Acc>(row.Size());
+    const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
+    const Acc r = Acc(1) / Sqrt(ss / n + eps);
+    const W* w = weight;
+    row.Store([r, w](const Acc* x, int64_t col) { return x[0] * r * Param(w, col, Acc(1)); });
+  }
+};
+
+// in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
+// (no extra); add_rms_norm with kIn = 3 (extra = the gradient of the h output).
+template <typename T, typename Acc, typename W, int kInputs>
+struct RmsNormBwdOp {
+  using Elem = T;
+  static constexpr int kIn = kInputs;
+  Acc eps;
+  const W* weight;  // (n,) or nullptr
+  Acc* stats;       // (rows, 2): (0, r) per row, or nullptr
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Acc n = static_cast<Acc>(row.Size());
+    const W* w = weight;
+    const Array<Acc, 2> s = row.Reduce(SumOp{}, [w](const Acc* v, int64_t col) {
+      return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1] * Param(w, col, Acc(1))}};
+    });
+    const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
+    const Acc c = r * r * s[1] / n;
+    if (stats != nullptr && row.Leader()) {
+      stats[2 * row.Index()] = Acc(0);
+      stats[2 * row.Index() + 1] = r;
+    }
+    row.Store([r, c, w](const Acc* v, int64_t col) {
+      const Acc dx = r * (v[1] * Param(w, col, Acc(1)) - v[0] * c);
+      if constexpr (kInputs == 3) {
+        return dx + v[2];
+      } else {
+        return dx;
+      }
+    });
+  }
+};
+
+template <typename T, typename Acc, typename W>
+struct AddRmsNormFwdOp {
+  using Elem = T;
+  static constexpr int kIn = 2;  // x, residual; out = normalized, out2 = x + residual
+  Acc eps;
+  const W* weight;  // (n,) or nullptr
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Acc n = static_cast<Acc>(row.Size());
+    const Acc ss = row.Reduce(SumOp{}, [](const Acc* v, int64_t) {
+      const Acc h = RoundTo<T>(v[0] + v[1]);
+      return h * h;
+    });
+    const Acc r = Acc(1) / Sqrt(ss / n + eps);
+    const W* w = weight;
+    row.Store([r, w](const Acc* v, int64_t col) {
+      return RoundTo<T>(v[0] + v[1]) * r * Param(w, col, Acc(1));
+    });
+    row.Store2([](const Acc* v, int64_t) { return v[0] + v[1]; });
+  }
+};
+
+}  // namespace rownorm

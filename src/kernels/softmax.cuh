@@ -1,0 +1,82 @@
+// Softmax and log-softmax along one dimension: the op bodies, run by every tier of row.cuh
+// (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
+//
+//   forward   m = max(x), s = Σ exp(x − m) in ONE reduction (online: partial (m, s) pairs are
+//             merged by rescaling the smaller maximum's sum), then
+//             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
+//   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
+//                                            log_softmax dx = dy − exp(y)·Σ dy
+//
+// Special values follow torch: a row holding +inf gives NaN everywhere (torch's exp(inf − inf));
+// an all −inf row gives NaN; −inf elements of other rows give 0 (log_softmax: −inf).
+#pragma once
+
+#include "kernels/common/reduce.cuh"
+
+namespace rownorm {
+
+// Merges (max, Σ exp(x − max)) pairs. Commutative bit for bit (the sum of two rescaled
+// partials), so every lane of a butterfly all-reduce ends with the same value.
+struct OnlineSoftmaxOp {
+  template <typename V>
+  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
+    const auto m = Max(a[0], b[0]);
+    const auto sa = a[0] == m ? a[1] : a[1] * Exp(a[0] - m);
+    const auto sb = b[0] == m ? b[1] : b[1] * Exp(b[0] - m);
+    V r;
+    r[0] = m;
+    r[1] = sa + sb;
+    return r;
+  }
+  template <typename V>
+  ROWNORM_HOST_DEVICE static V Identity() {
+    V r;
+    r[0] = -INFINITY;
+    r[1] = 0;
+    return r;
+  }
+};
+
+template <typename T, typename Acc>
+struct SoftmaxFwdOp {
+  using Elem = T;
+  static constexpr int kIn = 1;  // x
+  bool log;
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp{}, [](const Acc* x, int64_t) {
+      return Array<Acc, 2>{{x[0], Acc(1)}};
+    });
+    const Acc m = ms[0];
+    // exp(inf − inf) is NaN in torch's sum; the merge above skips that term, so put it back.
+    const Acc s = m == INFINITY ? Acc(NAN) : ms[1];
+    if (log) {
+      const Acc log_s = Log(s);
+      row.Store([m, log_s](const Acc* x, int64_t) { return (x[0] - m) - log_s; });
+    } else {
+      const Acc inv = Acc(1) / s;
+      row.Store([m, inv](const Acc* x, int64_t) { return Exp(x[0] - m) * inv; });
+    }
+  }
+};
+
+template <typename T, typename Acc>
+struct SoftmaxBwdOp {
+  using Elem = T;
+  static constexpr int kIn = 2;  // y, dy
+  bool log;
+
+  template <class Row>
+  ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    if (log) {
+      const Acc s = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[1]; });
+      row.Store([s](const Acc* v, int64_t) { return v[1] - Exp(v[0]) * s; });
+    } else {
+      const Acc s = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0] * v[1]; });
+      row.Store([s](const Acc* v, int64_t) { return v[0] * (v[1] - s); });
+    }
+  }
+};
+
+}  // namespace rownorm
