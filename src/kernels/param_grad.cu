@@ -47,6 +47,57 @@ __global__ void __launch_bounds__(kTx* kTy)
   }
 }
 
+// The same for rows of unit stride (inner == 1, the last-dim case): each lane owns kV
+// consecutive columns, read as one Pack when the rows allow it, so a warp moves 32 x 16 bytes
+// of a row per load and the index arithmetic has no division.
+template <typename T, typename Acc, int kV>
+__global__ void __launch_bounds__(kTx* kTy)
+    ParamGradRowsKernel(const ParamGradArgs<T, Acc> a, Acc* partial, int64_t chunks) {
+  __shared__ Acc sums[2][kTy][kTx * kV];
+  const int64_t rows = a.outer;
+  const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kTx + threadIdx.x) * kV;
+  const bool want_w = a.dweight != nullptr;
+  for (int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    Acc w[kV] = {};
+    Acc b[kV] = {};
+    if (d0 < a.d) {
+      const int64_t end = min(rows, (c + 1) * kParamGradChunkRows);
+      for (int64_t j = c * kParamGradChunkRows + threadIdx.y; j < end; j += kTy) {
+        Pack<T, kV> g;
+        g.Load(a.dy + j * a.dy_stride[0] + d0);
+        const Acc mu = want_w ? a.stats[2 * j] : Acc(0);
+        const Acc r = want_w ? a.stats[2 * j + 1] : Acc(0);
+        Pack<T, kV> x;
+        if (want_w) x.Load(a.x + j * a.x_stride[0] + d0);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          if (want_w) w[e] += g.Get(e) * (x.Get(e) - mu) * r;
+          b[e] += g.Get(e);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      sums[0][threadIdx.y][threadIdx.x * kV + e] = w[e];
+      sums[1][threadIdx.y][threadIdx.x * kV + e] = b[e];
+    }
+    __syncthreads();
+    // Thread t of the CTA finalizes tile column t % (kTx * kV) of sum t / (kTx * kV).
+    for (int t = threadIdx.y * kTx + threadIdx.x; t < 2 * kTx * kV; t += kTx * kTy) {
+      const int which = t / (kTx * kV);
+      const int col = t % (kTx * kV);
+      const int64_t d = static_cast<int64_t>(blockIdx.x) * kTx * kV + col;
+      if (d < a.d) {
+        Acc s = sums[which][0][col];
+#pragma unroll
+        for (int y = 1; y < kTy; ++y) s += sums[which][y][col];
+        partial[(which * chunks + c) * a.d + d] = s;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 template <typename T, typename Acc>
 __global__ void ParamGradFinalizeKernel(const ParamGradArgs<T, Acc> a, const Acc* partial,
                                         int64_t chunks) {
@@ -80,8 +131,22 @@ cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t
     }
     return err;
   }
-  const dim3 grid(GridFor((a.d + kTx - 1) / kTx), GridFor(std::min<int64_t>(chunks, 65535)));
-  ParamGradPartialKernel<T, Acc><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+  const unsigned grid_y = GridFor(std::min<int64_t>(chunks, 65535));
+  constexpr int kV = MaxPackWidth(sizeof(T));
+  auto aligned = [](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % kV == 0;
+  };
+  if (a.inner == 1 && a.x_stride[1] == 1 && a.dy_stride[1] == 1 && a.d % kV == 0 &&
+      aligned(a.x, a.x_stride[0]) && aligned(a.dy, a.dy_stride[0])) {
+    const dim3 grid(GridFor((a.d + kTx * kV - 1) / (kTx * kV)), grid_y);
+    ParamGradRowsKernel<T, Acc, kV><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+  } else if (a.inner == 1 && a.x_stride[1] == 1 && a.dy_stride[1] == 1) {
+    const dim3 grid(GridFor((a.d + kTx - 1) / kTx), grid_y);
+    ParamGradRowsKernel<T, Acc, 1><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+  } else {
+    const dim3 grid(GridFor((a.d + kTx - 1) / kTx), grid_y);
+    ParamGradPartialKernel<T, Acc><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   ParamGradFinalizeKernel<T, Acc>

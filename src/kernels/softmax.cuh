@@ -1,12 +1,14 @@
 // Softmax and log-softmax along one dimension: the op bodies, run by every tier of row.cuh
 // (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
 //
-//   forward   m = max(x), s = Σ exp(x − m) in ONE reduction (online: partial (m, s) pairs are
-//             merged by rescaling the smaller maximum's sum), then
+//   forward   m = max(x), s = Σ exp(x − m): two reductions where the tier caches the row, one
+//             online reduction where it streams it (partial (m, s) pairs are merged by
+//             rescaling the smaller maximum's sum), then
 //             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
 //
+// exp(v) is computed as exp2(v·log2 e) (exp2f: at most 2 ulp, on the special-function unit).
 // Special values follow torch: a row holding +inf gives NaN everywhere (torch's exp(inf − inf));
 // an all −inf row gives NaN; −inf elements of other rows give 0 (log_softmax: −inf).
 #pragma once
@@ -45,18 +47,29 @@ struct SoftmaxFwdOp {
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
-    const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp{}, [](const Acc* x, int64_t) {
-      return Array<Acc, 2>{{x[0], Acc(1)}};
-    });
-    const Acc m = ms[0];
-    // exp(inf − inf) is NaN in torch's sum; the merge above skips that term, so put it back.
-    const Acc s = m == INFINITY ? Acc(NAN) : ms[1];
+    constexpr Acc kLog2e = Acc(1.4426950408889634);
+    Acc m;
+    Acc s;
+    if constexpr (Row::kCached) {
+      // The row is in registers: two plain reductions (max, then Σ exp) cost one exp per
+      // element, where the online merge costs two (it is compute-bound at bandwidth).
+      m = row.Reduce(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
+      s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
+    } else {
+      // Streamed rows: one pass for both statistics.
+      const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp{}, [](const Acc* x, int64_t) {
+        return Array<Acc, 2>{{x[0], Acc(1)}};
+      });
+      m = ms[0];
+      // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
+      s = m == INFINITY ? Acc(NAN) : ms[1];
+    }
     if (log) {
       const Acc log_s = Log(s);
       row.Store([m, log_s](const Acc* x, int64_t) { return (x[0] - m) - log_s; });
     } else {
       const Acc inv = Acc(1) / s;
-      row.Store([m, inv](const Acc* x, int64_t) { return Exp(x[0] - m) * inv; });
+      row.Store([m, inv](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e) * inv; });
     }
   }
 };

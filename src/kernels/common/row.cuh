@@ -8,7 +8,8 @@
 //   void row.Store(f)        out[col] = f(x, col) for every element of the row;
 //   void row.Store2(f)       the same into the second output (two-output ops);
 //   row.Size(), row.Index()  the row length and the row's number;
-//   row.Leader()             true in exactly one thread of the team (per-row side outputs).
+//   row.Leader()             true in exactly one thread of the team (per-row side outputs);
+//   Row::kCached             whether another Reduce is free (row in registers) or re-reads it.
 // (x[i] is input i at column col, in the accumulator type.) The same body then runs in
 // every tier, which only differ in where the row lives and who shares it:
 //
@@ -187,6 +188,7 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
 
  public:
   using Acc = AccType<T>;
+  static constexpr bool kCached = true;  // another Reduce costs no memory traffic
 
   ROWNORM_DEVICE CachedRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
       : Base(team, args, row, valid) {
@@ -278,6 +280,7 @@ class StreamingRow : public RowBase<T, kIn, kVec, Team> {
 
  public:
   using Acc = AccType<T>;
+  static constexpr bool kCached = false;  // every Reduce reads the row again
 
   ROWNORM_DEVICE StreamingRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
       : Base(team, args, row, valid) {
@@ -363,6 +366,7 @@ template <typename T, int kIn, int kTx, int kTy, int kCache>
 class ColumnRow {
  public:
   using Acc = AccType<T>;
+  static constexpr bool kCached = kCache > 0;
 
   // `parity` selects the storage buffer; it lives in the kernel so that it carries over from
   // one row to the next (the double-buffering argument of BlockAllReduce).

@@ -68,6 +68,8 @@ ROWNORM_HOST_DEVICE float Abs(float v) { return fabsf(v); }
 ROWNORM_HOST_DEVICE double Abs(double v) { return fabs(v); }
 ROWNORM_HOST_DEVICE float Exp(float v) { return expf(v); }
 ROWNORM_HOST_DEVICE double Exp(double v) { return exp(v); }
+ROWNORM_HOST_DEVICE float Exp2(float v) { return exp2f(v); }
+ROWNORM_HOST_DEVICE double Exp2(double v) { return exp2(v); }
 ROWNORM_HOST_DEVICE float Log(float v) { return logf(v); }
 ROWNORM_HOST_DEVICE double Log(double v) { return log(v); }
 // sign(v) in {-1, 0, 1} (0 for ±0), the derivative of |v| that torch uses.

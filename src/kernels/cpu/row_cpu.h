@@ -18,6 +18,7 @@ template <typename T, int kIn>
 class CpuRow {
  public:
   using Acc = double;
+  static constexpr bool kCached = false;
 
   CpuRow(const ColumnArgs<T, kIn>& a, int64_t r)
       : d_(a.d), inner_(a.inner), index_(r) {
