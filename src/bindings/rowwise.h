@@ -67,6 +67,23 @@ Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
   return p;
 }
 
+// The row-tier arguments of a problem with p.rows (outputs: new contiguous tensors).
+template <typename T, int kIn>
+RowArgs<T, kIn> RowArgsOf(const Problem<kIn>& p, const Tensor& out, const Tensor* out2) {
+  RowArgs<T, kIn> a{};
+  for (int i = 0; i < kIn; ++i) {
+    a.in[i] = ConstPtr<T>(p.in[i]);
+    a.in_stride[i] = p.stride[i][0];
+  }
+  a.out = MutPtr<T>(out);
+  a.out_stride = p.d;
+  a.rows = p.outer;
+  a.n = p.d;
+  a.out2 = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
+  a.out2_stride = p.d;
+  return a;
+}
+
 // Runs the op made by `make(acc)` (acc: a value of the accumulator type to use; the CPU
 // accumulates in double) over the problem, writing the new contiguous `out` (and `out2`).
 // kColumns = false for ops only instantiated on the row tiers (last-dim ops).
@@ -90,18 +107,7 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Ten
   const cudaStream_t stream = CurrentCudaStream(out);
   const auto op = make(AccType<T>{});
   if (p.rows) {
-    RowArgs<T, kIn> a{};
-    for (int i = 0; i < kIn; ++i) {
-      a.in[i] = ConstPtr<T>(p.in[i]);
-      a.in_stride[i] = p.stride[i][0];
-    }
-    a.out = MutPtr<T>(out);
-    a.out_stride = p.d;
-    a.rows = p.outer;
-    a.n = p.d;
-    a.out2 = out2_ptr;
-    a.out2_stride = p.d;
-    CheckLaunch(name, LaunchRows(a, op, stream));
+    CheckLaunch(name, LaunchRows(RowArgsOf<T>(p, out, out2), op, stream));
   } else if constexpr (kColumns) {
     ColumnArgs<T, kIn> a{};
     for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/common/args.h"
+#include "kernels/common/types.cuh"
 
 namespace rownorm {
 
@@ -20,6 +21,15 @@ cudaError_t LaunchRows(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op
 template <class Op>
 cudaError_t LaunchColumns(const ColumnArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
                           cudaStream_t stream);
+
+// Ops with column sums (fused parameter gradients, Op::kColumnSums): the number of chunk
+// partials LaunchRowsWithSums writes for `args` (Op::kColumnSums x chunks x n accumulators,
+// summed by ParamGradFinalize), or 0 where the fused path does not apply.
+template <class Op>
+int64_t FusedChunks(const RowArgs<typename Op::Elem, Op::kIn>& args);
+template <class Op>
+cudaError_t LaunchRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
+                               AccType<typename Op::Elem>* partial, cudaStream_t stream);
 
 }  // namespace rownorm
 
@@ -39,8 +49,22 @@ cudaError_t LaunchColumns(const ColumnArgs<typename Op::Elem, Op::kIn>& args, co
                           cudaStream_t stream) {
   return LaunchColumnOp(args, op, stream);
 }
+template <class Op>
+int64_t FusedChunks(const RowArgs<typename Op::Elem, Op::kIn>& args) {
+  return FusedColumnSumChunks<Op>(args);
+}
+template <class Op>
+cudaError_t LaunchRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
+                               AccType<typename Op::Elem>* partial, cudaStream_t stream) {
+  return LaunchRowSumOp(args, op, partial, stream);
+}
 }  // namespace rownorm
 
+#define ROWNORM_INSTANTIATE_SUMS(...)                                                         \
+  template int64_t FusedChunks<__VA_ARGS__>(const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&); \
+  template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(                                        \
+      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&,                 \
+      AccType<__VA_ARGS__::Elem>*, cudaStream_t);
 #define ROWNORM_INSTANTIATE_ROWS(...)           \
   template cudaError_t LaunchRows<__VA_ARGS__>( \
       const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&, cudaStream_t);

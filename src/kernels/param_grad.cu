@@ -98,20 +98,33 @@ __global__ void __launch_bounds__(kTx* kTy)
   }
 }
 
-template <typename T, typename Acc>
-__global__ void ParamGradFinalizeKernel(const ParamGradArgs<T, Acc> a, const Acc* partial,
-                                        int64_t chunks) {
-  for (int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; d < a.d;
-       d += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (a.dweight != nullptr) {
-      Acc s = 0;
-      for (int64_t c = 0; c < chunks; ++c) s += partial[c * a.d + d];
-      a.dweight[d] = s;
+// dweight / dbias from the chunk partials: CTA column tile of kTx columns, kTy slices each
+// summing every kTy-th chunk in order, then the slices added in order (deterministic; kTy x
+// more threads than one thread per column, which matters with thousands of chunks).
+template <typename Acc>
+__global__ void __launch_bounds__(kTx* kTy)
+    ParamGradFinalizeKernel(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
+                            Acc* dbias) {
+  __shared__ Acc sums[2][kTy][kTx];
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kTx + threadIdx.x;
+  Acc w = 0;
+  Acc b = 0;
+  if (d < n) {
+    for (int64_t c = threadIdx.y; c < chunks; c += kTy) {
+      if (dweight != nullptr) w += partial[c * n + d];
+      if (dbias != nullptr) b += partial[(chunks + c) * n + d];
     }
-    if (a.dbias != nullptr) {
-      Acc s = 0;
-      for (int64_t c = 0; c < chunks; ++c) s += partial[(chunks + c) * a.d + d];
-      a.dbias[d] = s;
+  }
+  sums[0][threadIdx.y][threadIdx.x] = w;
+  sums[1][threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y < 2 && d < n) {
+    Acc* out = threadIdx.y == 0 ? dweight : dbias;
+    if (out != nullptr) {
+      Acc s = sums[threadIdx.y][0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < kTy; ++y) s += sums[threadIdx.y][y][threadIdx.x];
+      out[d] = s;
     }
   }
 }
@@ -149,10 +162,22 @@ cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  ParamGradFinalizeKernel<T, Acc>
-      <<<GridFor(std::min<int64_t>((a.d + 255) / 256, 4096)), 256, 0, stream>>>(a, partial, chunks);
+  return ParamGradFinalize<Acc>(partial, chunks, a.d, a.dweight, a.dbias, stream);
+}
+
+template <typename Acc>
+cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
+                              Acc* dbias, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ParamGradFinalizeKernel<Acc>
+      <<<GridFor((n + kTx - 1) / kTx), dim3(kTx, kTy), 0, stream>>>(partial, chunks, n, dweight,
+                                                                     dbias);
   return cudaGetLastError();
 }
+template cudaError_t ParamGradFinalize<float>(const float*, int64_t, int64_t, float*, float*,
+                                              cudaStream_t);
+template cudaError_t ParamGradFinalize<double>(const double*, int64_t, int64_t, double*, double*,
+                                               cudaStream_t);
 
 #define ROWNORM_INSTANTIATE(T)                                                           \
   template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&,     \

@@ -41,6 +41,12 @@ inline int64_t ParamGradChunks(int64_t rows) {
 template <typename T, typename Acc>
 cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& args, Acc* partial, cudaStream_t stream);
 
+// dweight[d] = Σ_c partial[c][d], dbias[d] = Σ_c partial[chunks + c][d] (c in order; either
+// output may be nullptr): the last step of ParamGrad and of the fused column-sum path.
+template <typename Acc>
+cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
+                              Acc* dbias, cudaStream_t stream);
+
 // The CPU version: columns [begin, end) of dweight / dbias, rows summed in order in double.
 template <typename T, typename Acc>
 void ParamGradCpu(const ParamGradArgs<T, Acc>& a, int64_t begin, int64_t end) {

@@ -3,7 +3,8 @@
 //
 //   forward   y  = x·r·w,   r = 1/sqrt(mean(x²) + eps)            (w = 1 without a weight)
 //   backward  g = w⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g)), ŷ = x·r
-//             dw = Σ_rows dy⊙ŷ  (kernels/param_grad.h, from the (0, r) saved per row here)
+//             dw = Σ_rows dy⊙ŷ  (fused column sums on the CTA tier, else kernels/param_grad.h
+//             from the (0, r) saved per row here)
 //   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
 //             (rms_norm(h), h); its backward is rms_norm's plus the gradient flowing into h
 //             from the second output.
@@ -11,6 +12,8 @@
 // The backward recomputes r in the pass that reads dy (one two-value reduction): it moves x
 // and dy in and dx out once, and saves (0, r) per row for the weight gradient when asked.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/common/reduce.cuh"
 
@@ -35,16 +38,26 @@ struct RmsNormFwdOp {
 
 // in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
 // (no extra); add_rms_norm with kIn = 3 (extra = the gradient of the h output).
+//
+// Weight gradient: on the tiers that accumulate column sums (CtaRowSumsKernel) the body adds
+// dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
+// in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
 template <typename T, typename Acc, typename W, int kInputs>
 struct RmsNormBwdOp {
   using Elem = T;
   static constexpr int kIn = kInputs;
+  static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
   Acc eps;
   const W* weight;  // (n,) or nullptr
   Acc* stats;       // (rows, 2): (0, r) per row, or nullptr
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    (*this)(row, static_cast<NoColumnSums*>(nullptr));
+  }
+
+  template <class Row, class Sums>
+  ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
     const Array<Acc, 2> s = row.Reduce(SumOp{}, [w](const Acc* v, int64_t col) {
@@ -64,6 +77,10 @@ struct RmsNormBwdOp {
         return dx;
       }
     });
+    if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
+      row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; },
+                     sums);
+    }
   }
 };
 

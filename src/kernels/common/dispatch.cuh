@@ -73,10 +73,12 @@ struct RowPlan {
   int width = 0;    // kGroup: threads per row
   int threads = 0;  // kCta / kCluster: threads per CTA
   int cluster = 0;  // kCluster: CTAs per row
+  int packs = 0;    // kGroup: packs per lane (kGroupVecs or kWideGroupVecs)
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
 constexpr int kGroupVecs = 4;    // group tier: 4 packs in flight per lane
+constexpr int kWideGroupVecs = 8;  // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
 constexpr int kCtaVecs = 4;      // CTA tier
 constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
 constexpr int kClusterThreads = 256;
@@ -88,6 +90,8 @@ constexpr int kStreamingThreads = 512;
 //   n <= 32 lanes x 4 packs          (512 / 1024): group tier, lanes per row = the fewest
 //                                    that hold the row (>= the pack width, >= 4), 128-thread
 //                                    CTAs, several rows in flight per SM per warp.
+//   n <= 32 lanes x 8 packs          (1024 / 2048): a warp per row, 8 packs per lane: no
+//                                    block barrier (a LayerNorm reduces twice per row).
 //   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads.
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable and
@@ -99,7 +103,10 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cluster 
   if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
     while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
-    return {RowTier::kGroup, width, 128, 0};
+    return {RowTier::kGroup, width, 128, 0, kGroupVecs};
+  }
+  if (n <= int64_t{kWarpSize} * kWideGroupVecs * vec) {
+    return {RowTier::kGroup, kWarpSize, 128, 0, kWideGroupVecs};
   }
   for (int threads : {128, 256, 512}) {
     if (n <= int64_t{threads} * kCtaVecs * vec) return {RowTier::kCta, 0, threads, 0};
@@ -179,7 +186,7 @@ cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaS
   return cudaGetLastError();
 }
 
-template <class Op, typename T, int kWidth>
+template <class Op, typename T, int kWidth, int kVecs = kGroupVecs>
 cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
   constexpr int kCtaThreads = 128;
@@ -187,7 +194,7 @@ cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStrea
     return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
   } else {
     constexpr int kRowsPerCta = kCtaThreads / kWidth;
-    GroupRowKernel<Op, T, kVec, kGroupVecs, kWidth, kCtaThreads>
+    GroupRowKernel<Op, T, kVec, kVecs, kWidth, kCtaThreads>
         <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kCtaThreads, 0, stream>>>(a, op);
     return cudaGetLastError();
   }
@@ -222,7 +229,10 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
           case 4: return LaunchGroupRow<Op, T, 4>(a, op, stream);
           case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
           case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
-          default: return LaunchGroupRow<Op, T, 32>(a, op, stream);
+          default:
+            return plan.packs == kWideGroupVecs
+                       ? LaunchGroupRow<Op, T, 32, kWideGroupVecs>(a, op, stream)
+                       : LaunchGroupRow<Op, T, 32>(a, op, stream);
         }
       case RowTier::kCta:
         switch (plan.threads) {
@@ -251,6 +261,65 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
       case RowTier::kStreaming: break;
     }
     return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fused parameter gradients (ops with kColumnSums): rows that the table puts on the CTA tier
+// and that start 16-byte aligned with n a multiple of the pack width run CtaRowSumsKernel,
+// kFusedChunkRows rows per CTA. Others save per-row statistics for kernels/param_grad.h.
+// 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the
+// tier, while the float partials stay at 1/16 of the rows (measured: 32 rows per CTA left
+// half the SMs' thread slots empty, 70% of copy for the backward).
+constexpr int kFusedChunkRows = 16;
+
+// The number of chunk partials the fused path writes for `a`, or 0 where it does not apply.
+template <class Op, typename T>
+int64_t FusedColumnSumChunks(const RowArgs<T, Op::kIn>& a) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  if (std::is_same_v<T, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0) return 0;
+  for (int i = 0; i < Op::kIn; ++i) {
+    if (reinterpret_cast<uintptr_t>(a.in[i]) % 16 != 0 || a.in_stride[i] % kVec != 0) return 0;
+  }
+  if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return 0;
+  DeviceInfo dev;
+  if (GetDeviceInfo(&dev) != cudaSuccess) return 0;
+  if (PlanRowTier(a.n, kVec, dev.cc_major >= 9).tier != RowTier::kCta) return 0;
+  return (a.rows + kFusedChunkRows - 1) / kFusedChunkRows;
+}
+
+// Runs `op` on every row of `a` and writes its column sums as FusedColumnSumChunks(a) chunk
+// partials to `partial` (Op::kColumnSums x chunks x n accumulators).
+template <class Op, typename T>
+cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+                           cudaStream_t stream) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  if constexpr (std::is_same_v<T, double>) {
+    return cudaErrorNotSupported;
+  } else {
+    const int64_t chunks = FusedColumnSumChunks<Op>(a);
+    if (chunks == 0) return cudaErrorNotSupported;
+    // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
+    // packs per thread: at four, the column sums double the registers a cached pack costs
+    // and fewer CTAs fit an SM (measured, bf16 backward with dweight: N=4096 79% of copy with
+    // two packs against 73% with four; N=8192 and 16384 were faster with four: 77% / 70%
+    // against 74% / 65%).
+    constexpr int kSumVecs = 2;
+    const unsigned grid = GridFor(chunks);
+    if (a.n <= int64_t{128} * kSumVecs * kVec) {
+      CtaRowSumsKernel<Op, T, kVec, kSumVecs, 128, kFusedChunkRows>
+          <<<grid, 128, 0, stream>>>(a, op, partial);
+    } else if (a.n <= int64_t{256} * kSumVecs * kVec) {
+      CtaRowSumsKernel<Op, T, kVec, kSumVecs, 256, kFusedChunkRows>
+          <<<grid, 256, 0, stream>>>(a, op, partial);
+    } else if (a.n <= int64_t{256} * kCtaVecs * kVec) {
+      CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 256, kFusedChunkRows>
+          <<<grid, 256, 0, stream>>>(a, op, partial);
+    } else {
+      CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 512, kFusedChunkRows>
+          <<<grid, 512, 0, stream>>>(a, op, partial);
+    }
+    return cudaGetLastError();
   }
 }
 

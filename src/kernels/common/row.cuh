@@ -178,6 +178,14 @@ class RowBase {
   bool valid_;
 };
 
+// Per-thread column accumulators of the fused parameter-gradient path: kK sums for each of the
+// thread's kVecs x kVec columns, carried across the rows a CTA processes (the columns a thread
+// owns are the same in every row when rows start 16-byte aligned, which that path requires).
+template <typename Acc, int kK, int kVecs, int kVec>
+struct ColumnSums {
+  Acc v[kK][kVecs][kVec];
+};
+
 // The row cached in registers as packs of the storage type (converted on use, which keeps
 // 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
 template <typename T, int kIn, int kVec, int kVecs, class Team>
@@ -235,6 +243,28 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
   template <typename F>
   ROWNORM_DEVICE void Store2(F f) {
     StoreTo(this->out2_, f);
+  }
+
+  // sums[k][col] += f(x, col)[k] over this row when the kernel accumulates column sums
+  // (CtaRowSumsKernel); a no-op otherwise. The path requires head == tail == 0.
+  template <typename F, int kK>
+  ROWNORM_DEVICE void AddColumns(F f, ColumnSums<Acc, kK, kVecs, kVec>* sums) {
+    if (sums == nullptr) return;
+    Acc x[kIn];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = packs_[i][k].Get(e);
+          const Array<Acc, kK> a = f(x, v * kVec + e);
+#pragma unroll
+          for (int j = 0; j < kK; ++j) sums->v[j][k][e] += a[j];
+        }
+      }
+    }
   }
 
  private:
@@ -491,6 +521,50 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
     CachedRow<T, Op::kIn, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
     op(r);
+  }
+}
+
+// The CTA tier with fused parameter gradients: CTA c runs rows [c·kRows, (c+1)·kRows) in order
+// and accumulates Op::kColumnSums column sums in registers (the op body's AddColumns), then
+// writes them as chunk c's partials: partial[(j·chunks + c)·n + col]. Rows start 16-byte
+// aligned and n is a multiple of kVec (checked on the host), so a thread owns the same columns
+// in every row. The chunk size does not depend on the number of rows: results do not either.
+template <class Op, typename T, int kVec, int kVecs, int kThreads, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    CtaRowSumsKernel(const RowArgs<T, Op::kIn> args, const Op op, AccType<T>* partial) {
+  using Acc = AccType<T>;
+  constexpr int kK = Op::kColumnSums;
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  ColumnSums<Acc, kK, kVecs, kVec> sums;
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sums.v[j][k][e] = Acc(0);
+    }
+  }
+  const int64_t chunks = (args.rows + kRows - 1) / kRows;
+  const int64_t c = blockIdx.x;
+  const int64_t end = min(args.rows, (c + 1) * kRows);
+  for (int64_t row = c * kRows; row < end; ++row) {
+    CachedRow<T, Op::kIn, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r, &sums);
+  }
+  const int64_t vecs = args.n / kVec;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t v = threadIdx.x + k * kThreads;
+    if (v < vecs) {
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          partial[(j * chunks + c) * args.n + v * kVec + e] = sums.v[j][k][e];
+        }
+      }
+    }
   }
 }
 

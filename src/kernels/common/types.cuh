@@ -91,6 +91,9 @@ ROWNORM_HOST_DEVICE A Param(const W* p, int64_t col, A absent) {
   return p != nullptr ? static_cast<A>(ToAcc(p[col])) : absent;
 }
 
+// Passed to an op body that supports fused column sums when the tier does not accumulate any.
+struct NoColumnSums {};
+
 // A fixed-size array of accumulators: the value type of multi-statistic reductions (for
 // example (Σx², Σx·dy) in one pass, sharing one barrier).
 template <typename T, int K>
