@@ -2,8 +2,8 @@
 
     PYTHONPATH=python python benchmarks/bench_l2_normalize.py [harness options]
 
-Same as ``python -m rownorm.bench --ops l2_normalize``: N ∈ {256, 1024, 4096, 16384, 65535,
-65536, 262144}, M·N ≥ 2^28, fp32 and bf16, against ``x / torch.norm(x, p=2, dim=-1,
+Same as ``python -m rownorm.bench --ops l2_normalize``: the 12 row lengths N of the grid
+(256 … 262144), M·N ≥ 2^28, fp32 and bf16, against ``x / torch.norm(x, p=2, dim=-1,
 keepdim=True)``, ``F.normalize`` and ``torch.compile(F.normalize)``, plus the seeds' workloads
 (32768×65535 fp32 dim=1 forward; 16384×65535 fp32 forward+backward). Bytes: forward
 2·M·N·b, forward+backward 5·M·N·b. Options are the harness's (``--help``).

@@ -4,20 +4,28 @@
 #
 #   bash scripts/gpu_check.sh            # everything, about 9 minutes at most
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
+#   SKIP_SELFCHECK=1 SKIP_TESTS=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh   # build + benchmark
 #
 # Output goes to $OUT (default ./gpu_check_out), at most 7 files, none deeper than $OUT/bench/:
 #   summary.md        GPU, build info, ptxas registers/spills, step results, benchmark tables
 #   build.log         the build (ptxas summary first, then warnings/errors and the tail)
 #   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
 #   sanitizer.log     compute-sanitizer memcheck and racecheck on scripts' small workload
-#   bench/results.csv, bench/results.md, bench/l2_normalize.png   (python -m rownorm.bench)
+#   bench/results.csv, bench/results.md, bench/plots.tar (one PNG per op)  (python -m rownorm.bench)
 #
 # Environment:
 #   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
 #   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
 #   TORCH_CUDA_ARCH_LIST  default 9.0
 #   PYTEST_ARGS           default: -q -m "large or not large" (the whole suite, large included)
-#   BENCH_ARGS            default: --ops l2_normalize (the full grid and the seeds' workloads)
+#   BENCH_ARGS            default: --dtypes bf16 (every op, the bf16 grid of 12 N, fwd and
+#                         fwd+bwd, and the seeds' workloads, which are fp32)
+#   BENCH_BUDGET          seconds the benchmark may start measurements for (default 250): it
+#                         measures the seeds, then N = 256..262144 in FIRST_ROUND_NS for every op,
+#                         then the other N, and writes what it measured when the time is up
+#   WHEELS                folder of wheels installed (--no-deps --no-index) for the benchmark's
+#                         optional peers, e.g. Liger-Kernel (default .wheels; nothing can be
+#                         downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
 #   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
 #   PYTHON                default python3
@@ -49,7 +57,7 @@ SAN_LOG=$OUT/sanitizer.log
 SUMMARY=$OUT/summary.md
 : >"$TESTS_LOG"
 : >"$SAN_LOG"
-rm -f "$OUT"/bench/results.csv "$OUT"/bench/results.md "$OUT"/bench/*.png
+rm -f "$OUT"/bench/results.csv "$OUT"/bench/results.md "$OUT"/bench/*.png "$OUT"/bench/plots.tar
 
 # Step results, in order: name|status|seconds|detail
 STEPS=()
@@ -146,7 +154,7 @@ write_summary() {
 # --------------------------------------------------------------------------------------------
 COMMAND=""
 for v in SKIP_BUILD SKIP_SELFCHECK SKIP_TESTS SKIP_SANITIZER SKIP_BENCH REBUILD \
-  TORCH_CUDA_ARCH_LIST PYTEST_ARGS BENCH_ARGS SANITIZER_ARGS TOTAL_BUDGET; do
+  TORCH_CUDA_ARCH_LIST PYTEST_ARGS BENCH_ARGS BENCH_BUDGET WHEELS SANITIZER_ARGS TOTAL_BUDGET; do
   [[ -v $v ]] && COMMAND+="$v=$(printf %q "${!v}") "
 done
 COMMAND+="bash scripts/gpu_check.sh"
@@ -402,33 +410,66 @@ EOF
   done
 fi
 
-# ---- benchmark -----------------------------------------------------------------------------
+# ---- benchmark ----------------------------------------------------------------------------
+# Optional peers (Liger-Kernel) come as wheels carried in $WHEELS, installed into a private
+# folder with --no-deps --no-index (torch and triton are the image's). A wheel that does not
+# install or import only makes its peer "not run" in the report.
+install_wheels() {
+  local dir=${WHEELS:-$ROOT/.wheels} site=$WORK/site
+  local whls=("$dir"/*.whl)
+  if [[ ! -e ${whls[0]} ]]; then
+    WHEELS_NOTE="no wheels in $dir"
+    return
+  fi
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "${whls[@]}" >"$WORK/pip.log" 2>&1; then
+    export PYTHONPATH="$site:$PYTHONPATH"
+    WHEELS_NOTE="installed $(basename -a "${whls[@]}" | tr '\n' ' ')"
+  else
+    WHEELS_NOTE="pip install of $dir/*.whl failed: $(tail -1 "$WORK/pip.log")"
+  fi
+}
+
 if [[ ${SKIP_BENCH:-0} == 1 ]]; then
   record bench skipped 0 "SKIP_BENCH=1"
 elif [[ $HAVE_GPU == 0 ]]; then
   record bench skipped 0 "no GPU"
 else
   t0=$SECONDS
-  limit=$(budget 600 10)
+  bench_budget=${BENCH_BUDGET:-250}
+  # The budget, plus start-up (imports, the copy-limit measurement), the measurement in flight
+  # when the budget ends and the reports.
+  limit=$(budget $((bench_budget + 60)) 10)
   if ((limit < 40)); then
     record bench skipped 0 "no time left (${limit}s)"
   else
+    install_wheels
+    log "bench: $WHEELS_NOTE"
+    tb=$((limit - 40))
+    ((tb > bench_budget)) && tb=$bench_budget
     # shellcheck disable=SC2206
-    bench_args=(${BENCH_ARGS:---ops l2_normalize})
-    log "bench: python -m rownorm.bench ${bench_args[*]} (limit ${limit}s)"
-    echo "==== python -m rownorm.bench ${bench_args[*]}" >>"$TESTS_LOG"
+    bench_args=(${BENCH_ARGS:---dtypes bf16})
+    log "bench: python -m rownorm.bench --time-budget $tb ${bench_args[*]} (limit ${limit}s)"
+    echo "==== python -m rownorm.bench --time-budget $tb ${bench_args[*]}" >>"$TESTS_LOG"
+    echo "peers: $WHEELS_NOTE" >>"$TESTS_LOG"
     # The harness stops starting measurements at --time-budget and writes what it has; SIGTERM
     # from timeout makes it write too.
     timeout -s TERM -k 20 "$limit" "$PY" -m rownorm.bench --out "$OUT/bench" --no-command-file \
-      --time-budget $((limit - 25)) "${bench_args[@]}" 2>&1 | tee -a "$TESTS_LOG" \
+      --time-budget "$tb" "${bench_args[@]}" 2>&1 | tee -a "$TESTS_LOG" \
       | grep -v -E '^\[ *[0-9]+/[0-9]+\] .*: [0-9.]+ ms' # progress stays in tests.log
     rc=${PIPESTATUS[0]}
+    # One file for the plots: what comes back from the GPU machine is limited in number.
+    pngs=("$OUT"/bench/*.png)
+    if [[ -e ${pngs[0]} ]]; then
+      tar -cf "$OUT/bench/plots.tar" -C "$OUT/bench" "${pngs[@]##*/}" && rm -f "${pngs[@]}"
+    fi
     n_ok=$(grep -c ',ok,' "$OUT/bench/results.csv" 2>/dev/null)
     n_all=$(($(wc -l <"$OUT/bench/results.csv" 2>/dev/null || echo 1) - 1))
+    n_budget=$(grep -c 'time budget exhausted' "$OUT/bench/results.csv" 2>/dev/null)
     copy=$(grep -o 'copy limit: \*\*[0-9]* GB/s' "$OUT/bench/results.md" 2>/dev/null | grep -o '[0-9]* GB/s')
     st=$(status_of "$rc")
     [[ $rc == 1 ]] && st="FAIL (rownorm failed a check)"
-    record bench "$st" $((SECONDS - t0)) "${n_ok:-0} of ${n_all} measurements ok; copy limit ${copy:-?}"
+    record bench "$st" $((SECONDS - t0)) "${n_ok:-0} of ${n_all} measurements ok, ${n_budget:-0} left out by the time budget (${tb}s); copy limit ${copy:-?}; peers: $WHEELS_NOTE"
     log "bench: $st"
   fi
 fi

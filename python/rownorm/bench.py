@@ -2,13 +2,15 @@
 
 For each op × mode (fwd, fwd+bwd) × dtype × row length N on a fixed grid (M·N ≥ 2^28 elements,
 far beyond L2), every implementation (rownorm, eager PyTorch, torch.compile of the eager
-expression, Liger when importable) is first checked against the float64 reference and then
-timed: median of many reps with CUDA events, the L2 cache flushed before each rep by writing a
-buffer of at least twice its size, only the op inside the events (the method of
-``triton.testing.do_bench``, without the triton dependency). Bandwidth is counted from an
-explicit per-op byte formula (the minimum traffic: fwd reads x and writes y once; fwd+bwd also
-reads x and dy and writes dx once) and reported as a share of the device-to-device copy
-bandwidth (``dst.copy_(src)`` of 2 GiB, bytes read + written) measured in the same run.
+expression, Liger-Kernel when importable and offering the op) is first checked against the
+float64 reference and then timed: median of many reps with CUDA events, the L2 cache flushed
+before each rep by writing a buffer of at least twice its size, only the op inside the events
+(the method of ``triton.testing.do_bench``, without the triton dependency). Bandwidth is counted
+from an explicit per-op byte formula (the minimum traffic: fwd reads x and writes y once;
+fwd+bwd also reads x and dy and writes dx once; weights and biases are not counted) and reported
+as a share of the device-to-device copy bandwidth (``dst.copy_(src)`` of 2 GiB, bytes read +
+written) measured in the same run. fwd+bwd is a training step: the gradient of x and of every
+parameter (weight, bias) is computed.
 
 Results go to ``--out`` (default ``benchmarks/results/<gpu>``): ``results.csv``,
 ``results.md`` (one table per op × mode, then the seeds' workloads), ``<op>.png`` (GB/s vs N,
@@ -25,6 +27,8 @@ import csv
 import dataclasses
 import datetime
 import gc
+import importlib
+import importlib.metadata
 import math
 import os
 import re
@@ -42,11 +46,15 @@ import torch.nn.functional as F
 from rownorm import build_info
 from rownorm import reference as ref_impl
 
-GRID_NS = (256, 1024, 4096, 16384, 65535, 65536, 262144)
+# The row lengths of DESIGN.md §5 / ANCHORS.md. Where a time budget cuts a run short, the
+# first round (the long-standing coarse grid) is measured for every op before the second.
+GRID_NS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65535, 65536, 131072, 262144)
+FIRST_ROUND_NS = (256, 1024, 4096, 16384, 65535, 65536, 262144)
 QUICK_NS = (1024, 4096, 65535)
 GRID_ELEMS = 1 << 28  # M·N per grid point: 1 GiB of fp32, 20× an H100's L2
 QUICK_ELEMS = 1 << 26
 MODES = ("fwd", "fwdbwd")
+FAMILIES = ("rownorm", "eager", "compile", "liger")
 COPY_BYTES_CUDA = 1 << 31  # the copy-limit buffer: 2 GiB read + 2 GiB written
 COPY_BYTES_CPU = 1 << 28
 FLUSH_BYTES_MIN = 256 << 20
@@ -93,6 +101,8 @@ CSV_FIELDS = (
     "status",
     "workload",
     "note",
+    "setup_s",
+    "wall_s",
 )
 # A reference chunk holds at most this many elements of one float64 tensor (256 MiB), so the
 # check of an 8.6 GB input needs only a few GB beside it.
@@ -104,6 +114,7 @@ _CHUNK_ELEMS = 1 << 25
 # --------------------------------------------------------------------------------------------
 
 Fn = Callable[..., Any]  # fn(*tensors) -> Tensor | tuple[Tensor, ...]
+Make = Callable[[int, dict], Fn]  # make(dim, kwargs) -> fn
 
 
 class Unavailable(Exception):
@@ -122,8 +133,9 @@ class Impl:
     family: str  # what --impls selects: rownorm | eager | compile | liger
     label: str  # column header in the markdown tables
     expr: str  # the expression timed, for the legend
-    make: Callable[[int, dict], Fn]
+    make: Make
     grid: bool = True  # part of the default grid (False: seeds only, or when named in --impls)
+    cuda_only: bool = False  # reported as unavailable on a CPU run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,15 +150,17 @@ class Seed:
     impls: tuple[str, ...]
     kwargs: dict = dataclasses.field(default_factory=dict)
     target_ms_h100: float | None = None
+    params: tuple[str, ...] | None = None  # None: the op's own (e.g. () = no weight)
 
 
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     """Everything the harness needs to know about one op.
 
-    - ``make_inputs(shape, dim, dtype, device, generator)``: the op's tensors, positional, as
-      the implementations take them. Tensors of x's shape are "row" tensors (independent per
-      row, split into chunks for the reference); others (weight, bias) are passed whole. Every
+    - ``make_inputs(shape, dim, dtype, device, generator, params=None)``: the op's tensors,
+      positional, as the implementations take them: ``rows`` tensors of x's shape ("row"
+      tensors, independent per row, split into chunks for the reference), then the parameters
+      named in ``params`` (weight, bias: shape ``(x.size(dim),)``, passed whole). Every
       floating tensor is differentiable in fwd+bwd mode.
     - ``reference(*tensors, dim=, **kwargs)``: float64 truth; must be differentiable in float64
       (the backward reference is its float64 autograd).
@@ -166,6 +180,10 @@ class OpSpec:
     n_outputs: int = 1  # outputs, each of x's shape and dtype (each gets a dy in fwd+bwd)
     baseline: str = "eager"  # the PyTorch eager impl that `python -m rownorm` compares against
     seeds: tuple[Seed, ...] = ()
+    input_names: tuple[str, ...] = ("x",)  # names of make_inputs' tensors, for error details
+    output_names: tuple[str, ...] = ("out",)
+    last_dim_only: bool = False  # the op reduces over the last dim only (no `dim` argument)
+    default_grid: bool = True  # False: the grid runs only when --ops names the op
 
     def impl(self, name: str) -> Impl:
         for impl in self.impls:
@@ -177,8 +195,26 @@ class OpSpec:
         return next(i for i in self.impls if i.family == "rownorm")
 
 
-def _randn_inputs(shape, dim, dtype, device, generator) -> list[torch.Tensor]:
-    return [torch.randn(shape, dtype=dtype, device=device, generator=generator)]
+def _inputs(rows: int = 1, params: tuple[str, ...] = ()) -> Callable[..., list[torch.Tensor]]:
+    """``make_inputs`` of an op taking ``rows`` tensors of x's shape, then ``params``.
+
+    Row tensors are standard normal. A weight is 1 + 0.1·N(0, 1) and a bias 0.1·N(0, 1), both
+    in x's dtype (the LLM case), so parameter gradients are neither trivial nor cancelling."""
+    default_params = params
+
+    def make(shape, dim, dtype, device, generator, params=None) -> list[torch.Tensor]:
+        tensors = [
+            torch.randn(shape, dtype=dtype, device=device, generator=generator) for _ in range(rows)
+        ]
+        for name in default_params if params is None else params:
+            noise = 0.1 * torch.randn(shape[dim], device=device, generator=generator)
+            tensors.append((noise + 1.0 if name == "weight" else noise).to(dtype))
+        return tensors
+
+    return make
+
+
+_randn_inputs = _inputs()
 
 
 def _compiled(fn: Fn) -> Fn:
@@ -188,20 +224,149 @@ def _compiled(fn: Fn) -> Fn:
     return torch.compile(fn, dynamic=False)
 
 
-def _liger_missing(op: str) -> Callable[[int, dict], Fn]:
-    def make(dim: int, kwargs: dict) -> Fn:
-        try:
-            import liger_kernel  # noqa: F401
-        except ImportError as err:
+def _compile_of(make: Make) -> Make:
+    return lambda dim, kw: _compiled(make(dim, kw))
+
+
+def _last_dim(dim: int, what: str) -> None:
+    if dim != -1:
+        raise Unavailable(f"{what} reduces over the last dim only")
+
+
+def _rownorm_api(name: str) -> Fn:
+    """``rownorm.<name>`` (the public function), else the registered ``torch.ops.rownorm``
+    op of the same signature; an error (not Unavailable) when neither exists."""
+    import rownorm
+
+    fn = getattr(rownorm, name, None)
+    if fn is None and hasattr(torch.ops.rownorm, name):
+        fn = getattr(torch.ops.rownorm, name)
+    if fn is None:
+        raise RuntimeError(f"rownorm has no {name} (neither rownorm.{name} nor torch.ops.rownorm)")
+    return fn
+
+
+def _rownorm_impl(api: str, expr: str, pass_dim: bool = True) -> Impl:
+    """rownorm's implementation: ``rownorm.<api>(*tensors, dim=dim, **kwargs)``."""
+
+    def make(dim: int, kw: dict) -> Fn:
+        fn = _rownorm_api(api)
+        extra = {"dim": dim} if pass_dim else {}
+        return lambda *t: fn(*t, **extra, **kw)
+
+    return Impl("rownorm", "rownorm", "rownorm", expr, make)
+
+
+def _liger_module():
+    try:
+        from liger_kernel.transformers import functional
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] == "liger_kernel":
             raise Unavailable("liger_kernel is not installed") from err
+        raise Unavailable(f"liger_kernel does not import: {err}") from err
+    except Exception as err:  # noqa: BLE001  (a broken optional peer is not a failure)
+        raise Unavailable(f"liger_kernel does not import: {type(err).__name__}: {err}") from err
+    return functional
+
+
+def peer_versions() -> str:
+    """torch / triton / Liger-Kernel versions, for the report."""
+    parts = [f"torch {torch.__version__}"]
+    try:
+        parts.append(f"triton {importlib.metadata.version('triton')}")
+    except importlib.metadata.PackageNotFoundError:
+        parts.append("triton not installed")
+    liger = liger_version()
+    parts.append(f"Liger-Kernel {liger}" if liger else "Liger-Kernel not installed")
+    return ", ".join(parts)
+
+
+def liger_version() -> str | None:
+    try:
+        return importlib.metadata.version("liger-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _liger_missing(op: str) -> Make:
+    def make(dim: int, kw: dict) -> Fn:
+        _liger_module()
         raise Unavailable(f"Liger-Kernel has no {op} op")
 
     return make
 
 
-def _l2_rownorm(dim: int, kw: dict) -> Fn:
-    eps = kw["eps"]
-    return lambda x: torch.ops.rownorm.l2_normalize(x, dim, eps)
+def _liger_impl(
+    op: str, attr: str | None, call: Callable[[Fn, dict], Fn] | None = None, args: str = "x"
+) -> Impl:
+    """Liger-Kernel's ``liger_kernel.transformers.functional.<attr>`` (last dim only), or a
+    placeholder reported as unavailable when Liger has no such op."""
+    if attr is None or call is None:
+        return Impl("liger", "liger", "Liger", "Liger-Kernel", _liger_missing(op), cuda_only=True)
+
+    def make(dim: int, kw: dict) -> Fn:
+        fn = getattr(_liger_module(), attr, None)
+        if fn is None:
+            raise Unavailable(f"liger_kernel {liger_version()} has no {attr}")
+        _last_dim(dim, "Liger-Kernel")
+        return call(fn, kw)
+
+    return Impl(
+        "liger",
+        "liger",
+        "Liger",
+        f"liger_kernel.transformers.functional.{attr}({args})",
+        make,
+        cuda_only=True,
+    )
+
+
+def _peers(
+    label: str, expr: str, make: Make, suffix: str = "", grid: bool = True
+) -> tuple[Impl, ...]:
+    """An eager PyTorch expression and torch.compile of the same expression."""
+    return (
+        Impl(f"eager{suffix}", "eager", f"eager {label}", expr, make, grid),
+        Impl(
+            f"compile{suffix}",
+            "compile",
+            f"compile {label}",
+            f"torch.compile({expr}, dynamic=False)",
+            _compile_of(make),
+            grid,
+        ),
+    )
+
+
+def _reference(name: str, pass_dim: bool = True) -> Callable[..., Any]:
+    def ref(*tensors, dim: int, **kw):
+        fn = getattr(ref_impl, name)
+        return fn(*tensors, dim=dim, **kw) if pass_dim else fn(*tensors, **kw)
+
+    return ref
+
+
+def _bcast(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:
+    """A (N,) parameter shaped to broadcast against x along ``dim``."""
+    if p is None or dim % x.ndim == x.ndim - 1:
+        return p
+    return p.view([-1 if i == dim % x.ndim else 1 for i in range(x.ndim)])
+
+
+# Byte formulas (b = bytes per element; weights/biases are N·b, negligible, not counted).
+def _rw2(m: int, n: int, b: int) -> int:
+    return 2 * m * n * b
+
+
+def _rw5(m: int, n: int, b: int) -> int:
+    return 5 * m * n * b
+
+
+_FWD_TEXT = "2·M·N·b (read x, write y)"
+_FWDBWD_TEXT = "5·M·N·b (fwd: read x, write y; bwd: read x, read dy, write dx)"
+_PARAM_NOTE = "; weight/bias and their gradients (N elements) not counted"
+
+# ---- l2_normalize ---------------------------------------------------------------------------
 
 
 def _l2_eager_norm(dim: int, kw: dict) -> Fn:
@@ -213,98 +378,333 @@ def _l2_eager_normalize(dim: int, kw: dict) -> Fn:
     return lambda x: F.normalize(x, p=2, dim=dim, eps=eps)
 
 
-def _l2_compile(dim: int, kw: dict) -> Fn:
-    return _compiled(_l2_eager_normalize(dim, kw))
-
-
-def _l2_compile_norm(dim: int, kw: dict) -> Fn:
-    return _compiled(_l2_eager_norm(dim, kw))
-
-
-_SEED_IMPLS = ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile")
+_L2_EXPR_NORM = "x / torch.norm(x, p=2, dim=dim, keepdim=True)"
+_L2_EXPR = "F.normalize(x, p=2, dim=dim, eps=eps)"
+_eager_norm, _compile_norm = _peers("x/norm", _L2_EXPR_NORM, _l2_eager_norm, "_norm")
+_eager_normalize, _compile_normalize = _peers("F.normalize", _L2_EXPR, _l2_eager_normalize)
 
 L2_NORMALIZE = OpSpec(
     name="l2_normalize",
     make_inputs=_randn_inputs,
-    reference=lambda x, dim, eps: ref_impl.l2_normalize(x, dim=dim, eps=eps),
+    reference=_reference("l2_normalize"),
     impls=(
-        Impl(
-            name="rownorm",
-            family="rownorm",
-            label="rownorm",
-            expr="torch.ops.rownorm.l2_normalize(x, dim, eps)",
-            make=_l2_rownorm,
-        ),
-        Impl(
-            name="eager_norm",
-            family="eager",
-            label="eager x/norm",
-            expr="x / torch.norm(x, p=2, dim=dim, keepdim=True)",
-            make=_l2_eager_norm,
-        ),
-        Impl(
-            name="eager_normalize",
-            family="eager",
-            label="eager F.normalize",
-            expr="F.normalize(x, p=2, dim=dim, eps=eps)",
-            make=_l2_eager_normalize,
-        ),
-        Impl(
-            name="compile",
-            family="compile",
-            label="compile F.normalize",
-            expr="torch.compile(F.normalize(x, p=2, dim=dim, eps=eps), dynamic=False)",
-            make=_l2_compile,
-        ),
-        Impl(
-            name="compile_norm",
-            family="compile",
-            label="compile x/norm",
-            expr="torch.compile(x / torch.norm(x, p=2, dim=dim, keepdim=True), dynamic=False)",
-            make=_l2_compile_norm,
-            grid=False,
-        ),
-        Impl(
-            name="liger",
-            family="liger",
-            label="Liger",
-            expr="Liger-Kernel",
-            make=_liger_missing("l2_normalize"),
-        ),
+        _rownorm_impl("l2_normalize", "rownorm.l2_normalize(x, dim, eps)"),
+        _eager_norm,
+        dataclasses.replace(_eager_normalize, name="eager_normalize"),
+        _compile_normalize,
+        dataclasses.replace(_compile_norm, grid=False),
+        _liger_impl("l2_normalize", None),
     ),
-    fwd_bytes=lambda m, n, b: 2 * m * n * b,
-    fwdbwd_bytes=lambda m, n, b: 5 * m * n * b,
-    fwd_bytes_text="2·M·N·b (read x, write y)",
-    fwdbwd_bytes_text="5·M·N·b (fwd: read x, write y; bwd: read x, read dy, write dx)",
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT,
+    fwdbwd_bytes_text=_FWDBWD_TEXT,
     kwargs={"eps": 1e-12},
     baseline="eager_normalize",
     # The seeds' `x / torch.norm(x, p=2, dim=1, keepdim=True)`: eps = 0 (ANCHORS.md targets).
+    seeds=tuple(
+        Seed(
+            title=title,
+            mode=mode,
+            shape=shape,
+            dim=1,
+            dtype=torch.float32,
+            impls=("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
+            kwargs={"eps": 0.0},
+            target_ms_h100=target,
+        )
+        for title, mode, shape, target in (
+            ("L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)", "fwd", (32768, 65535), 6.0),
+            ("L2 normalize dim=1 fwd+bwd, 16384×65535 fp32", "fwdbwd", (16384, 65535), 8.0),
+        )
+    ),
+)
+
+# ---- l1_normalize and mean-abs normalize ----------------------------------------------------
+
+
+def _l1_eager(dim: int, kw: dict) -> Fn:
+    eps = kw["eps"]
+    return lambda x: F.normalize(x, p=1, dim=dim, eps=eps)
+
+
+def _mean_abs_eager(dim: int, kw: dict) -> Fn:
+    eps = kw["eps"]
+    if eps > 0:
+        return lambda x: x / torch.mean(torch.abs(x), dim=dim, keepdim=True).clamp_min(eps)
+    return lambda x: x / torch.mean(torch.abs(x), dim=dim, keepdim=True)
+
+
+L1_NORMALIZE = OpSpec(
+    name="l1_normalize",
+    make_inputs=_randn_inputs,
+    reference=_reference("l1_normalize"),
+    impls=(
+        _rownorm_impl("l1_normalize", "rownorm.l1_normalize(x, dim, eps)"),
+        *_peers("F.normalize(p=1)", "F.normalize(x, p=1, dim=dim, eps=eps)", _l1_eager),
+        _liger_impl("l1_normalize", None),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT,
+    fwdbwd_bytes_text=_FWDBWD_TEXT,
+    kwargs={"eps": 1e-12, "mean": False},
+)
+
+# The seed 003 expression; the same kernel as l1_normalize (a different scale), so its grid
+# runs only when named (--ops mean_abs).
+MEAN_ABS = OpSpec(
+    name="mean_abs",
+    make_inputs=_randn_inputs,
+    reference=_reference("l1_normalize"),
+    impls=(
+        _rownorm_impl("l1_normalize", "rownorm.l1_normalize(x, dim, eps=0, mean=True)"),
+        *_peers(
+            "x/mean|x|", "x / torch.mean(torch.abs(x), dim=dim, keepdim=True)", _mean_abs_eager
+        ),
+        _liger_impl("mean_abs", None),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT,
+    fwdbwd_bytes_text=_FWDBWD_TEXT,
+    kwargs={"eps": 0.0, "mean": True},
+    default_grid=False,
     seeds=(
         Seed(
-            title="L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)",
+            title="mean-abs normalize dim=1, 32768×65535 fp32 (seed 003)",
             mode="fwd",
             shape=(32768, 65535),
             dim=1,
             dtype=torch.float32,
-            impls=_SEED_IMPLS,
-            kwargs={"eps": 0.0},
+            impls=("rownorm", "eager", "compile"),
             target_ms_h100=6.0,
-        ),
-        Seed(
-            title="L2 normalize dim=1 fwd+bwd, 16384×65535 fp32",
-            mode="fwdbwd",
-            shape=(16384, 65535),
-            dim=1,
-            dtype=torch.float32,
-            impls=_SEED_IMPLS,
-            kwargs={"eps": 0.0},
-            target_ms_h100=8.0,
         ),
     ),
 )
 
-OPS: dict[str, OpSpec] = {spec.name: spec for spec in (L2_NORMALIZE,)}
+# ---- rms_norm -------------------------------------------------------------------------------
 
+
+def _rms_eager(dim: int, kw: dict) -> Fn:
+    _last_dim(dim, "F.rms_norm")
+    eps = kw["eps"]
+    return lambda x, w=None: F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _rms_eager_expr(dim: int, kw: dict) -> Fn:
+    eps = kw["eps"]
+
+    def fn(x, w=None):
+        y = x / torch.sqrt(torch.mean(x**2, dim=dim, keepdim=True) + eps)
+        return y if w is None else y * _bcast(w, x, dim)
+
+    return fn
+
+
+RMS_NORM = OpSpec(
+    name="rms_norm",
+    make_inputs=_inputs(params=("weight",)),
+    reference=_reference("rms_norm"),
+    impls=(
+        _rownorm_impl("rms_norm", "rownorm.rms_norm(x, w, dim, eps)"),
+        *_peers("F.rms_norm", "F.rms_norm(x, (N,), w, eps)", _rms_eager),
+        *_peers(
+            "x/sqrt(mean(x²)+eps)",
+            "x / torch.sqrt(torch.mean(x ** 2, dim=dim, keepdim=True) + eps) [* w]",
+            _rms_eager_expr,
+            suffix="_expr",
+            grid=False,
+        ),
+        _liger_impl(
+            "rms_norm",
+            "liger_rms_norm",
+            lambda f, kw: lambda x, w: f(x, w, kw["eps"], in_place=False),
+            "x, w, eps, in_place=False",
+        ),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT + _PARAM_NOTE,
+    fwdbwd_bytes_text=_FWDBWD_TEXT + _PARAM_NOTE,
+    kwargs={"eps": 1e-6},
+    input_names=("x", "weight"),
+    seeds=(
+        Seed(
+            title="RMSNorm over channels dim=1, 112×64×512×512 fp32, eps 1e-5 (seed 001)",
+            mode="fwd",
+            shape=(112, 64, 512, 512),
+            dim=1,
+            dtype=torch.float32,
+            impls=("rownorm", "eager_expr", "compile_expr"),
+            kwargs={"eps": 1e-5},
+            target_ms_h100=5.15,
+            params=(),
+        ),
+    ),
+)
+
+# ---- layer_norm -----------------------------------------------------------------------------
+
+
+def _ln_eager(dim: int, kw: dict) -> Fn:
+    _last_dim(dim, "F.layer_norm")
+    eps = kw["eps"]
+    return lambda x, w=None, b=None: F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+LAYER_NORM = OpSpec(
+    name="layer_norm",
+    make_inputs=_inputs(params=("weight", "bias")),
+    reference=_reference("layer_norm"),
+    impls=(
+        _rownorm_impl("layer_norm", "rownorm.layer_norm(x, w, b, dim, eps)"),
+        *_peers("F.layer_norm", "F.layer_norm(x, (N,), w, b, eps)", _ln_eager),
+        _liger_impl(
+            "layer_norm",
+            "liger_layer_norm",
+            lambda f, kw: lambda x, w, b: f(x, w, b, kw["eps"]),
+            "x, w, b, eps",
+        ),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT + _PARAM_NOTE,
+    fwdbwd_bytes_text=_FWDBWD_TEXT + _PARAM_NOTE,
+    kwargs={"eps": 1e-5},
+    input_names=("x", "weight", "bias"),
+    seeds=(
+        Seed(
+            title="LayerNorm 10000×768 fp32, weight and bias (seed 004)",
+            mode="fwd",
+            shape=(10000, 768),
+            dim=-1,
+            dtype=torch.float32,
+            impls=("rownorm", "eager", "compile", "liger"),
+            target_ms_h100=0.023,
+        ),
+    ),
+)
+
+# ---- softmax / log_softmax ------------------------------------------------------------------
+
+_SOFTMAX_BWD_TEXT = "5·M·N·b (fwd: read x, write y; bwd: read y, read dy, write dx)"
+
+SOFTMAX = OpSpec(
+    name="softmax",
+    make_inputs=_randn_inputs,
+    reference=_reference("softmax"),
+    impls=(
+        _rownorm_impl("softmax", "rownorm.softmax(x, dim)"),
+        *_peers(
+            "softmax", "torch.softmax(x, dim)", lambda dim, kw: lambda x: torch.softmax(x, dim)
+        ),
+        _liger_impl("softmax", "liger_softmax", lambda f, kw: f),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT,
+    fwdbwd_bytes_text=_SOFTMAX_BWD_TEXT,
+    seeds=(
+        Seed(
+            title="softmax 100000×32 fp32 (seed 004)",
+            mode="fwd",
+            shape=(100000, 32),
+            dim=-1,
+            dtype=torch.float32,
+            impls=("rownorm", "eager", "compile", "liger"),
+            target_ms_h100=0.011,
+        ),
+    ),
+)
+
+LOG_SOFTMAX = OpSpec(
+    name="log_softmax",
+    make_inputs=_randn_inputs,
+    reference=_reference("log_softmax"),
+    impls=(
+        _rownorm_impl("log_softmax", "rownorm.log_softmax(x, dim)"),
+        *_peers(
+            "log_softmax",
+            "torch.log_softmax(x, dim)",
+            lambda dim, kw: lambda x: torch.log_softmax(x, dim),
+        ),
+        _liger_impl("log_softmax", None),
+    ),
+    fwd_bytes=_rw2,
+    fwdbwd_bytes=_rw5,
+    fwd_bytes_text=_FWD_TEXT,
+    fwdbwd_bytes_text=_SOFTMAX_BWD_TEXT,
+)
+
+# ---- add_rms_norm ---------------------------------------------------------------------------
+
+
+def _add_rms_eager(dim: int, kw: dict) -> Fn:
+    _last_dim(dim, "add_rms_norm")
+    eps = kw["eps"]
+
+    def fn(x, residual, w=None):
+        r = x + residual
+        return F.rms_norm(r, (r.shape[-1],), w, eps), r
+
+    return fn
+
+
+def _rw4(m: int, n: int, b: int) -> int:
+    return 4 * m * n * b
+
+
+def _rw8(m: int, n: int, b: int) -> int:
+    return 8 * m * n * b
+
+
+ADD_RMS_NORM = OpSpec(
+    name="add_rms_norm",
+    make_inputs=_inputs(rows=2, params=("weight",)),
+    reference=_reference("add_rms_norm", pass_dim=False),
+    impls=(
+        _rownorm_impl("add_rms_norm", "rownorm.add_rms_norm(x, residual, w, eps)", pass_dim=False),
+        *_peers(
+            "x+res, F.rms_norm",
+            "r = x + residual; (F.rms_norm(r, (N,), w, eps), r)",
+            _add_rms_eager,
+        ),
+        _liger_impl(
+            "add_rms_norm",
+            "liger_fused_add_rms_norm",
+            lambda f, kw: lambda x, res, w: f(x, res, w, kw["eps"], in_place=False),
+            "x, residual, w, eps, in_place=False",
+        ),
+    ),
+    fwd_bytes=_rw4,
+    fwdbwd_bytes=_rw8,
+    fwd_bytes_text="4·M·N·b (read x and residual, write out and r = x + residual)" + _PARAM_NOTE,
+    # Both outputs get a gradient (r feeds the next block's residual stream). The minimum
+    # backward reads dout, dr and r (rstd per row is saved) and writes ONE tensor,
+    # d(x) = d(residual) = dr + d(rms_norm)/dr: dx and dresidual are the same values.
+    fwdbwd_bytes_text="8·M·N·b (fwd: read x and residual, write out and r; bwd: read dout, dr "
+    "and r, write d(x) = d(residual) once)" + _PARAM_NOTE,
+    kwargs={"eps": 1e-6},
+    n_outputs=2,
+    input_names=("x", "residual", "weight"),
+    output_names=("out", "r"),
+    last_dim_only=True,
+)
+
+OPS: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        L2_NORMALIZE,
+        L1_NORMALIZE,
+        MEAN_ABS,
+        RMS_NORM,
+        LAYER_NORM,
+        SOFTMAX,
+        LOG_SOFTMAX,
+        ADD_RMS_NORM,
+    )
+}
 
 # --------------------------------------------------------------------------------------------
 # Timing
@@ -429,6 +829,10 @@ class _ErrAcc:
         return math.sqrt(self.num) / den if den > 0 else math.sqrt(self.num)
 
 
+def _name(names: Sequence[str], i: int, kind: str) -> str:
+    return names[i] if i < len(names) else f"{kind}{i}"
+
+
 def check_impl(
     spec: OpSpec,
     fn: Fn,
@@ -438,8 +842,9 @@ def check_impl(
     mode: str,
     dys: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float, str]:
-    """Runs ``fn`` once and compares outputs (and, for fwdbwd, input gradients) with the
-    float64 reference. Returns (max relative error, per-tensor detail).
+    """Runs ``fn`` once and compares outputs (and, for fwdbwd, the gradients of every input:
+    x, residual, weight, bias) with the float64 reference. Returns (max relative error,
+    per-tensor detail).
 
     Each tensor's error is ‖out − ref‖/‖ref‖. A row-tensor gradient is divided by
     max(‖ref‖, ‖dy‖·‖y‖/‖x‖) instead: that is the gradient's natural scale (the Jacobian of a
@@ -505,9 +910,9 @@ def check_impl(
         del t64, refs
     errs: list[tuple[str, float]] = []
     for k, acc in enumerate(out_acc):
-        errs.append(("out" if len(out_acc) == 1 else f"out{k}", acc.rel()))
+        errs.append((_name(spec.output_names, k, "out"), acc.rel()))
     for j, i in enumerate(diff if mode != "fwd" else ()):
-        name = "dx" if i == 0 else f"d{i}"
+        name = "d" + _name(spec.input_names, i, "input")
         if j in row_grad_acc:
             x_norm = math.sqrt(scale["x"].den)
             floor = (math.sqrt(scale["dy"].den * scale["y"].den) / x_norm) if x_norm > 0 else 0.0
@@ -537,6 +942,11 @@ class Config:
     impls: tuple[Impl, ...]
     workload: str = "grid"  # "grid", or the seed's title
     seed: Seed | None = None
+
+    @property
+    def params(self) -> tuple[str, ...] | None:
+        """The parameters to make (None: the op's own)."""
+        return self.seed.params if self.seed is not None else None
 
     @property
     def n(self) -> int:
@@ -576,6 +986,8 @@ class Result:
     status: str  # ok | FAIL | error | skipped
     workload: str = "grid"
     note: str = ""
+    setup_s: float | None = None  # make + first call + check (torch.compile's compile, ...)
+    wall_s: float | None = None  # the whole measurement: setup + timing loop
 
     def csv_row(self) -> dict:
         def fmt(v: float | None, spec: str) -> str:
@@ -596,12 +1008,14 @@ class Result:
             "status": self.status,
             "workload": self.workload,
             "note": self.note,
+            "setup_s": fmt(self.setup_s, ".2f"),
+            "wall_s": fmt(self.wall_s, ".2f"),
         }
 
     @classmethod
     def from_csv_row(cls, row: dict) -> Result:
         def num(key: str, kind: type = float):
-            return kind(row[key]) if row.get(key, "") != "" else None
+            return kind(row[key]) if row.get(key) not in (None, "") else None
 
         return cls(
             op=row["op"],
@@ -618,6 +1032,8 @@ class Result:
             status=row["status"],
             workload=row.get("workload", "grid"),
             note=row.get("note", ""),
+            setup_s=num("setup_s"),
+            wall_s=num("wall_s"),
         )
 
 
@@ -638,6 +1054,7 @@ class RunInfo:
     duration_s: float = 0.0
     notes: list[str] = dataclasses.field(default_factory=list)
     ops: list[str] = dataclasses.field(default_factory=list)
+    peers: str = ""  # versions of the peers' packages
 
 
 def grid_shape(n: int, elems: int) -> tuple[int, int]:
@@ -645,18 +1062,36 @@ def grid_shape(n: int, elems: int) -> tuple[int, int]:
     return (max(-(-elems // n), 1), n)
 
 
-def probe_impls(specs: Sequence[OpSpec], wanted: Sequence[str]) -> dict[tuple[str, str], str]:
-    """Implementations that cannot run here, {(op, impl): why}; asked once, before the run."""
+def probe_impls(
+    specs: Sequence[OpSpec], wanted: Sequence[str], device: torch.device | None = None
+) -> dict[tuple[str, str], str]:
+    """Implementations that cannot run here, {(op, impl): why}; asked once, before the run.
+
+    Only :class:`Unavailable` counts: any other error of ``make`` (rownorm missing an op, say)
+    is left to surface as an error at measurement time."""
     missing = {}
     for spec in specs:
         for impl in spec.impls:
             if not (_selected(impl, wanted, True)):
                 continue
+            if impl.cuda_only and device is not None and device.type != "cuda":
+                missing[(spec.name, impl.name)] = f"{impl.label} runs on CUDA only"
+                continue
             try:
                 impl.make(-1, dict(spec.kwargs))
             except Unavailable as why:
                 missing[(spec.name, impl.name)] = str(why)
+            except Exception:  # noqa: BLE001,S110  (reported per measurement instead)
+                pass
     return missing
+
+
+def grid_rounds(ns: Sequence[int]) -> list[list[int]]:
+    """The N of the grid in the order they are measured: FIRST_ROUND_NS, then the rest, each
+    in the given order, so a time budget that runs out drops the in-between row lengths."""
+    first = [n for n in ns if n in FIRST_ROUND_NS]
+    rest = [n for n in ns if n not in FIRST_ROUND_NS]
+    return [r for r in (first, rest) if r]
 
 
 def build_configs(
@@ -664,16 +1099,21 @@ def build_configs(
     specs: Sequence[OpSpec],
     unavailable: dict[tuple[str, str], str] | None = None,
 ) -> list[Config]:
-    """The seeds' workloads first (the headline numbers), then the grid: op, mode, dtype, N."""
+    """The seeds' workloads of every op first (the headline numbers), then the grid, round by
+    round (:func:`grid_rounds`), each round by N, op, mode, dtype: where a time budget runs out,
+    every op has the same row lengths measured.
+
+    An op with ``default_grid=False`` runs its grid only when ``--ops`` names it."""
     unavailable = unavailable or {}
+    named = set(getattr(args, "ops_named", ()) or ())
+
+    def usable(spec: OpSpec, impl: Impl, seed: bool) -> bool:
+        return (spec.name, impl.name) not in unavailable and _selected(impl, args.impls, seed)
+
     configs: list[Config] = []
     for spec in specs:
-
-        def usable(impl: Impl, seed: bool, spec: OpSpec = spec) -> bool:
-            return (spec.name, impl.name) not in unavailable and _selected(impl, args.impls, seed)
-
         for seed in spec.seeds if args.seeds else ():
-            impls = tuple(spec.impl(n) for n in seed.impls if usable(spec.impl(n), True))
+            impls = tuple(spec.impl(n) for n in seed.impls if usable(spec, spec.impl(n), True))
             if seed.mode in args.modes and impls:
                 kwargs = {**spec.kwargs, **seed.kwargs}
                 configs.append(
@@ -689,14 +1129,23 @@ def build_configs(
                         seed=seed,
                     )
                 )
-        impls = tuple(i for i in spec.impls if usable(i, False))
-        if args.seeds_only or not impls:
-            continue
-        for mode in args.modes:
-            for dtype in args.dtypes:
-                for n in args.ns:
-                    shape = grid_shape(n, args.elems)
-                    configs.append(Config(spec, mode, dtype, shape, -1, dict(spec.kwargs), impls))
+    if args.seeds_only:
+        return configs
+    grid_specs = [
+        (spec, impls)
+        for spec in specs
+        if (spec.default_grid or spec.name in named)
+        and (impls := tuple(i for i in spec.impls if usable(spec, i, False)))
+    ]
+    for ns in grid_rounds(args.ns):
+        for n in ns:
+            for spec, impls in grid_specs:
+                for mode in args.modes:
+                    for dtype in args.dtypes:
+                        shape = grid_shape(n, args.elems)
+                        configs.append(
+                            Config(spec, mode, dtype, shape, -1, dict(spec.kwargs), impls)
+                        )
     return configs
 
 
@@ -733,8 +1182,11 @@ def _err_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:200]}"
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
+def _free(device: torch.device, full: bool = False) -> None:
+    # A full collection takes ~0.2 s once torch.compile is imported (hundreds of thousands of
+    # objects), ~40 s over a whole run; the young generations hold what one configuration
+    # made. The full one runs before a configuration is skipped for lack of memory.
+    gc.collect() if full else gc.collect(1)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
@@ -745,7 +1197,8 @@ def _estimated_bytes(cfg: Config) -> int:
     the float64 reference chunks."""
     x = math.prod(cfg.shape) * cfg.elem
     copies = 4 if cfg.mode == "fwd" else 9  # fwd: x, y, temps; fwdbwd: x, dy, y, dx, temps
-    return copies * x + 6 * _CHUNK_ELEMS * 8
+    # add_rms_norm: twice the row tensors (x, residual; out, r; their dys and gradients).
+    return copies * cfg.spec.n_outputs * x + 6 * _CHUNK_ELEMS * 8
 
 
 def _fits(cfg: Config, device: torch.device, max_mem_gb: float | None) -> str | None:
@@ -806,6 +1259,9 @@ class Runner:
                 reason = "time budget exhausted"
             else:
                 reason = _fits(cfg, self.device, self.args.max_mem_gb)
+                if reason:
+                    _free(self.device, full=True)
+                    reason = _fits(cfg, self.device, self.args.max_mem_gb)
             if reason:
                 for impl in cfg.impls:
                     done += 1
@@ -818,6 +1274,7 @@ class Runner:
                 msg = "out of memory: " + str(err).splitlines()[0][:120]
                 done = self._skip_rest(cfg, msg, done)
                 print(f"    skip rest of {cfg.describe()}: {msg}", flush=True)
+                _free(self.device, full=True)
             finally:
                 _free(self.device)
 
@@ -875,7 +1332,9 @@ class Runner:
     def _run_config(self, cfg: Config, done: int, total: int, width: int) -> int:
         gen = torch.Generator(device=self.device)
         gen.manual_seed(self.args.seed)
-        inputs = cfg.spec.make_inputs(cfg.shape, cfg.dim, cfg.dtype, self.device, gen)
+        inputs = cfg.spec.make_inputs(
+            cfg.shape, cfg.dim, cfg.dtype, self.device, gen, params=cfg.params
+        )
         dys = None
         if cfg.mode == "fwdbwd":
             x = inputs[0]
@@ -921,26 +1380,42 @@ class Runner:
             if self.aborted:
                 print(f"    {self.aborted}: nothing more can run in this process", flush=True)
             if res.status == "skipped":
-                _free(self.device)  # after an OOM, before the next implementation
+                _free(self.device, full=True)  # after an OOM, before the next implementation
         del inputs, dys
         return done
 
     def _measure(
         self, cfg: Config, impl: Impl, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
     ) -> Result:
-        """Checks one implementation against the reference, then times it if it passed."""
+        """Checks one implementation against the reference, then times it if it passed.
+
+        ``setup_s`` is the wall time of making the function and its first (checked) call:
+        torch.compile's compilation, Triton's JIT, the float64 reference."""
+        if impl.cuda_only and self.device.type != "cuda":
+            return self._result(cfg, impl, None, None, "skipped", "unavailable: CUDA only")
+        t0 = time.perf_counter()
         try:
             fn = impl.make(cfg.dim, cfg.kwargs)
+            err, detail = check_impl(cfg.spec, fn, inputs, cfg.dim, cfg.kwargs, cfg.mode, dys)
         except Unavailable as why:
             return self._result(cfg, impl, None, None, "skipped", f"unavailable: {why}")
-        err, detail = check_impl(cfg.spec, fn, inputs, cfg.dim, cfg.kwargs, cfg.mode, dys)
+        self._sync()
+        setup_s = time.perf_counter() - t0
         tol = TOLERANCE[cfg.dtype]
         passed = err <= tol  # False for NaN
         note = "" if passed else f"rel err {detail} > tol {tol:.0e}"
         if not passed and not self.args.time_failing:
-            return self._result(cfg, impl, None, err, "FAIL", note + "; not timed")
-        ms = self._time(cfg, fn, inputs, dys)
-        return self._result(cfg, impl, ms, err, "ok" if passed else "FAIL", note)
+            res = self._result(cfg, impl, None, err, "FAIL", note + "; not timed")
+        else:
+            ms = self._time(cfg, fn, inputs, dys)
+            res = self._result(cfg, impl, ms, err, "ok" if passed else "FAIL", note)
+        res.setup_s = setup_s
+        res.wall_s = time.perf_counter() - t0
+        return res
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _time(
         self, cfg: Config, fn: Fn, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
@@ -968,9 +1443,11 @@ def time_impl(
     dys: Sequence[torch.Tensor] | None = None,
     **timer_kw: Any,
 ) -> float:
-    """Median ms of ``fn(*inputs)`` (fwd, under no_grad) or of ``fn`` then
-    ``backward(dys)`` (fwdbwd, every floating input a leaf whose grad is cleared outside the
-    timed region, so no accumulation kernel is timed)."""
+    """Median ms of ``fn(*inputs)`` (fwd, under no_grad) or of a training step (fwdbwd):
+    ``fn`` then ``torch.autograd.grad(outputs, inputs, dys)``, the gradient of every floating
+    input (x, residual, weight, bias). The gradients are returned, not accumulated into
+    ``.grad``, so no accumulation kernel (nor the copy autograd makes when one gradient tensor
+    feeds two leaves, as add_rms_norm's d(x) = d(residual)) is timed."""
     if mode == "fwd":
         with torch.no_grad():
             return timer(lambda: fn(*inputs), **timer_kw)[0]
@@ -978,17 +1455,12 @@ def time_impl(
         raise ValueError("time_impl: fwdbwd needs dys")
     leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
     grad_leaves = [t for t in leaves if t.requires_grad]
-
-    def pre() -> None:
-        for t in grad_leaves:
-            t.grad = None
+    grad_outputs = list(dys)
 
     def step() -> None:
-        torch.autograd.backward(_as_tuple(fn(*leaves)), list(dys))
+        torch.autograd.grad(_as_tuple(fn(*leaves)), grad_leaves, grad_outputs)
 
-    ms = timer(step, pre=pre, **timer_kw)[0]
-    pre()
-    return ms
+    return timer(step, **timer_kw)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1020,11 +1492,16 @@ def _cell(r: Result | None) -> str:
     return r.status
 
 
+def _ms(v: float) -> str:
+    """Milliseconds with 3–4 significant digits: 6.05, 0.0140."""
+    return f"{v:.2f}" if v >= 1 else f"{v:.3f}" if v >= 0.1 else f"{v:.4f}"
+
+
 def _ms_cell(r: Result | None) -> str:
     if r is None:
         return "—"
     if r.status == "ok":
-        return f"{r.ms:.2f} ({r.pct:.0f}%)" if r.pct is not None else f"{r.ms:.2f}"
+        return f"{_ms(r.ms)} ({r.pct:.0f}%)" if r.pct is not None else _ms(r.ms)
     return _cell(r)
 
 
@@ -1109,15 +1586,40 @@ def _seed_table(op: str, rows: Sequence[Result], copy_gbps: float | None) -> lis
     for wl in dict.fromkeys(r.workload for r in rows):
         by = {r.impl: r for r in rows if r.workload == wl}
         nbytes = next(iter(by.values())).nbytes
-        limit = f"{nbytes / (copy_gbps * 1e6):.2f}" if copy_gbps else "—"
+        limit = _ms(nbytes / (copy_gbps * 1e6)) if copy_gbps else "—"
         ours, best = _best_peer(by)
         tgt = targets.get(wl)
         cells = " | ".join(_ms_cell(by.get(i)) for i in impls)
         lines.append(
-            f"| {wl} | {nbytes / 1e9:.2f} GB | {limit} | {cells} | "
-            f"{f'≤ {tgt:.1f}' if tgt else '—'} | {_vs(ours, best)} |"
+            f"| {wl} | {nbytes / 1e9:.3g} GB | {limit} | {cells} | "
+            f"{f'≤ {_ms(tgt)}' if tgt else '—'} | {_vs(ours, best)} |"
         )
     return lines + [""]
+
+
+def _time_spent(results: Sequence[Result]) -> str:
+    """Where the run's time went, per implementation family (to plan --time-budget)."""
+    fams: dict[str, list[float]] = {}
+    for r in results:
+        if r.wall_s is None:
+            continue
+        meta = _impl_meta(r.op).get(r.impl)
+        acc = fams.setdefault(meta.family if meta else r.impl, [0.0, 0.0, 0])
+        acc[0] += r.setup_s or 0.0
+        acc[1] += r.wall_s
+        acc[2] += 1
+    if not fams:
+        return ""
+    parts = [
+        f"{fam} {v[0]:.0f} s / {v[1]:.0f} s ({v[2]})"
+        for fam, v in sorted(
+            fams.items(), key=lambda kv: FAMILIES.index(kv[0]) if kv[0] in FAMILIES else 9
+        )
+    ]
+    return (
+        "time per family, setup (make + first call + check: torch.compile, Triton JIT, the "
+        "float64 reference) / whole measurement (measurements): " + ", ".join(parts)
+    )
 
 
 def _is_bulk_skip(note: str) -> bool:
@@ -1140,12 +1642,24 @@ def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
         f"- time: median over reps, {info.timer}; the cache flushed before every rep by "
         f"writing {_size(info.flush_bytes)}",
         "- every implementation is checked against the float64 reference first "
-        "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16, outputs and input gradients); "
-        "one that fails is shown as FAIL and not timed",
+        "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16, outputs and the gradients of x and "
+        "of every parameter); one that fails is shown as FAIL and not timed",
+        "- fwd: the op under no_grad; fwd+bwd: the op, then the gradients of x (and residual) "
+        "and of weight/bias (torch.autograd.grad), as in a training step",
         "- b = bytes per element; M rows of N elements, reduced over N",
-        "",
     ]
-    for op in dict.fromkeys(r.op for r in results):
+    if info.peers:
+        lines.append(f"- peers: {info.peers}")
+    spent = _time_spent(results)
+    if spent:
+        lines.append(f"- {spent}")
+    lines.append("")
+    order = list(OPS)
+    ops = sorted(
+        dict.fromkeys(r.op for r in results),
+        key=lambda o: (o not in OPS, order.index(o) if o in OPS else 0),
+    )
+    for op in ops:
         op_rows = [r for r in results if r.op == op]
         grid = [r for r in op_rows if r.workload == "grid"]
         for mode in dict.fromkeys(r.mode for r in grid):
@@ -1229,7 +1743,9 @@ def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[
                     )
                 ax.set_xscale("log", base=2)
                 ns = sorted({r.N for r in sub})
-                ax.set_xticks(ns, [str(n) for n in ns], fontsize=8)
+                # 65535 and 65536 share one tick position on a log axis: label the power of 2.
+                labels = ["" if n + 1 in ns and (n + 1) & n == 0 else str(n) for n in ns]
+                ax.set_xticks(ns, labels, fontsize=8)
                 ax.minorticks_off()
                 ax.set_xlabel("N (row length)")
                 ax.set_ylabel("GB/s")
@@ -1334,7 +1850,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--ops",
         type=_csv_list(str),
         default=None,
-        help=f"ops to run (default: all: {','.join(OPS)})",
+        help=f"ops to run (default: all: {','.join(OPS)}; an op whose grid is off by default "
+        "(mean_abs: the same kernel as l1_normalize) runs its grid only when named here)",
     )
     p.add_argument(
         "--dtypes",
@@ -1347,7 +1864,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_csv_list(_int_expr),
         default=None,
         help=f"row lengths N (default {','.join(map(str, GRID_NS))}; "
-        f"--quick: {','.join(map(str, QUICK_NS))})",
+        f"--quick: {','.join(map(str, QUICK_NS))}); {','.join(map(str, FIRST_ROUND_NS))} are "
+        "measured first for every op, then the others",
     )
     p.add_argument(
         "--modes", type=_csv_list(str), default=list(MODES), help="fwd and/or fwdbwd (default both)"
@@ -1355,7 +1873,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--impls",
         type=_csv_list(str),
-        default=["rownorm", "eager", "compile", "liger"],
+        default=list(FAMILIES),
         help="families (rownorm,eager,compile,liger) or implementation names "
         "(e.g. compile_norm); default all families",
     )
@@ -1392,8 +1910,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=10.0,
         help="with --time-budget: do not start a measurement with less than this left",
     )
-    p.add_argument("--warmup-ms", type=float, default=None, help="warm-up time per measurement")
-    p.add_argument("--rep-ms", type=float, default=None, help="timed time per measurement")
+    p.add_argument(
+        "--warmup-ms", type=float, default=None, help="warm-up time per measurement (default 10)"
+    )
+    p.add_argument(
+        "--rep-ms", type=float, default=None, help="timed time per measurement (default 50)"
+    )
     p.add_argument("--min-reps", type=int, default=10, help="at least this many timed reps")
     p.add_argument(
         "--max-mem-gb",
@@ -1414,8 +1936,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     p.add_argument("--list", action="store_true", help="list ops and implementations, then exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the configurations that would run (after probing the peers), then exit",
+    )
     args = p.parse_args(argv)
 
+    args.ops_named = list(args.ops or ())
     args.ops = args.ops or list(OPS)
     for op in args.ops:
         if op not in OPS:
@@ -1423,9 +1951,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for mode in args.modes:
         if mode not in MODES:
             p.error(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    known = {"rownorm", "eager", "compile", "liger"} | {
-        i.name for s in OPS.values() for i in s.impls
-    }
+    known = set(FAMILIES) | {i.name for s in OPS.values() for i in s.impls}
     for name in args.impls:
         if name not in known:
             p.error(f"unknown implementation {name!r}; known: {', '.join(sorted(known))}")
@@ -1438,10 +1964,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.seeds = not args.quick or args.seeds_only
     if args.seeds_only:
         args.seeds = True
+    # Modest on purpose: every op × N × dtype × mode × implementation is one measurement, and
+    # a median of ≥ 50 reps of a ≥ 0.3 ms op is stable to about 1%.
     if args.warmup_ms is None:
-        args.warmup_ms = 10.0 if args.quick else 25.0
+        args.warmup_ms = 5.0 if args.quick else 10.0
     if args.rep_ms is None:
-        args.rep_ms = 40.0 if args.quick else 100.0
+        args.rep_ms = 25.0 if args.quick else 50.0
     return args
 
 
@@ -1462,6 +1990,8 @@ def list_ops() -> str:
             lines.append(f"  {i.name:<16} {i.family:<8} {i.expr}{extra}")
         for s in spec.seeds:
             lines.append(f"  seed: {s.title} ({s.mode})")
+        if not spec.default_grid:
+            lines.append("  (grid only when named in --ops)")
     return "\n".join(lines)
 
 
@@ -1481,7 +2011,6 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
             flush=True,
         )
     out_dir = args.out or os.path.join("benchmarks", "results", device_slug(device))
-    os.makedirs(out_dir, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     info = RunInfo(
         device_name=name,
@@ -1492,11 +2021,19 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
         ops=list(args.ops),
     )
     specs = [OPS[o] for o in args.ops]
-    unavailable = probe_impls(specs, args.impls)
+    unavailable = probe_impls(specs, args.impls, device)
     for (op, impl), why in unavailable.items():
         print(f"{op} {impl}: not run ({why})", flush=True)
     configs = build_configs(args, specs, unavailable)
     n_meas = sum(len(c.impls) for c in configs)
+    if args.dry_run:
+        for cfg in configs:
+            where = "" if cfg.workload == "grid" else f"  [{cfg.workload}]"
+            print(f"  {cfg.describe()}: {', '.join(i.name for i in cfg.impls)}{where}")
+        print(f"{len(configs)} configurations, {n_meas} measurements")
+        return 0
+    os.makedirs(out_dir, exist_ok=True)
+    info.peers = peer_versions()
     print(
         f"rownorm.bench on {name}: {len(configs)} configurations, {n_meas} measurements "
         f"-> {out_dir}",
