@@ -11,8 +11,28 @@ _LIBRARY_PATH = load_library()
 
 # Importing ops registers the fakes and autograd formulas of the ops just loaded.
 from rownorm import nn, ops, reference  # noqa: E402,F401
-from rownorm.functional import l2_normalize  # noqa: E402
+from rownorm.functional import (  # noqa: E402
+    add_rms_norm,
+    l1_normalize,
+    l2_normalize,
+    layer_norm,
+    log_softmax,
+    rms_norm,
+    softmax,
+)
 
 __version__ = build_info().get("version", "unknown")
 
-__all__ = ["build_info", "l2_normalize", "nn", "reference", "__version__"]
+__all__ = [
+    "add_rms_norm",
+    "build_info",
+    "l1_normalize",
+    "l2_normalize",
+    "layer_norm",
+    "log_softmax",
+    "nn",
+    "reference",
+    "rms_norm",
+    "softmax",
+    "__version__",
+]

@@ -1,11 +1,13 @@
 """``python -m rownorm``: build info, runtime, a self-check of every op, a quick timing.
 
-The self-check runs every op's forward and forward+backward (through autograd, so the backward
-op too) on every available device (the CPU and each CUDA device) in float32, float16, bfloat16
-and float64, on shapes with odd row lengths and a reduction over dim 0 of a 3-D tensor, and
-compares with the float64 reference. Exits 1 if any check fails. Then, on CUDA, a few sizes are
-timed against PyTorch's own op (L2 flushed, CUDA events; ``python -m rownorm.bench`` is the
-full benchmark).
+The self-check runs every op of the benchmark harness (l2 / l1 / mean-abs normalize, rms_norm,
+layer_norm, softmax, log_softmax, add_rms_norm) forward and forward+backward (through autograd,
+so the backward op too, parameter gradients included) on every available device (the CPU and
+each CUDA device) in float32, float16, bfloat16 and float64, on shapes with odd row lengths and
+reductions over a non-last dim (last-dim-only ops skip those), with and without weight / bias,
+and compares with the float64 reference. Exits 1 if any check fails. Then, on CUDA, a few sizes
+of a few ops are timed against PyTorch's own op (L2 flushed, CUDA events; ``python -m
+rownorm.bench`` is the full benchmark).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ CASES: tuple[tuple[tuple[int, ...], int], ...] = (
     ((4, 6, 300), 1),
 )
 TIMER_KW = {"warmup_ms": 5.0, "rep_ms": 30.0, "min_reps": 5}
+# The ops of the quick timing (every op is in the full benchmark).
+TIMED_OPS = ("l2_normalize", "rms_norm", "softmax")
 # (shape, dtype, mode) timed on CUDA.
 TIMED: tuple[tuple[tuple[int, int], torch.dtype, str], ...] = (
     ((65536, 256), torch.bfloat16, "fwd"),
@@ -96,15 +100,29 @@ def _devices() -> list[torch.device]:
     return devs
 
 
-def _check_case(spec, device, dtype, shape, dim, seed) -> tuple[bool, str]:
-    """Forward, then forward+backward, of one case; returns (passed, errors as text)."""
+def _applies(spec, shape: tuple[int, ...], dim: int) -> bool:
+    """Whether a case fits the op: last-dim-only ops (add_rms_norm) skip other dims."""
+    return not spec.last_dim_only or dim % len(shape) == len(shape) - 1
+
+
+def _param_variants(spec) -> tuple[tuple[str, ...] | None, ...]:
+    """``None``: the op's own parameters (weight / bias, as the benchmark makes them); ``()``:
+    none, a second variant for the ops that take any."""
+    takes_params = any(name in ("weight", "bias") for name in spec.input_names)
+    return (None, ()) if takes_params else (None,)
+
+
+def _check_case(spec, device, dtype, shape, dim, seed, params=None) -> tuple[bool, str]:
+    """Forward, then forward+backward, of one case; returns (passed, errors as text).
+
+    ``params``: the parameters to pass (None: the op's own set, see ``OpSpec.make_inputs``)."""
     tol = SELFCHECK_TOL[dtype]
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     parts, ok = [], True
     for mode, label in (("fwd", "fwd"), ("fwdbwd", "fwd+bwd")):
         try:
-            inputs = spec.make_inputs(shape, dim, dtype, device, gen)
+            inputs = spec.make_inputs(shape, dim, dtype, device, gen, params=params)
             dys = [
                 torch.randn(shape, dtype=dtype, device=device, generator=gen)
                 for _ in range(spec.n_outputs)
@@ -126,17 +144,24 @@ def self_check(devices: Sequence[torch.device]) -> tuple[int, int]:
     n_run = n_failed = 0
     for spec in OPS.values():
         print(
-            f"\nself-check {spec.name} (forward; forward+backward = output and dx) vs the "
-            "float64 reference, rel. error ‖out − ref‖/‖ref‖:"
+            f"\nself-check {spec.name} (forward; forward+backward = outputs and the gradients of "
+            "every input) vs the float64 reference, rel. error ‖out − ref‖/‖ref‖:"
         )
         for device in devices:
             for dtype in DTYPES:
                 for shape, dim in CASES:
-                    ok, text = _check_case(spec, device, dtype, shape, dim, seed=n_run)
-                    n_run += 1
-                    n_failed += not ok
-                    where = f"{str(device):<7} {SHORT_DTYPE[dtype]} {str(shape):<13} dim={dim:<2}"
-                    print(f"  {'PASS' if ok else 'FAIL'}  {where}  {text}", flush=True)
+                    if not _applies(spec, shape, dim):
+                        continue
+                    for params in _param_variants(spec):
+                        ok, text = _check_case(spec, device, dtype, shape, dim, n_run, params)
+                        n_run += 1
+                        n_failed += not ok
+                        where = (
+                            f"{str(device):<7} {SHORT_DTYPE[dtype]} {str(shape):<13} dim={dim:<2}"
+                        )
+                        if params == ():
+                            where += " no params"
+                        print(f"  {'PASS' if ok else 'FAIL'}  {where}  {text}", flush=True)
     return n_run, n_failed
 
 
@@ -150,7 +175,7 @@ def quick_timing(device: torch.device, scale: int = 1) -> None:
         f"\nquick timing on {device} ({name}), median ms with the cache flushed; "
         "python -m rownorm.bench for the full benchmark:"
     )
-    for spec in OPS.values():
+    for spec in (OPS[name] for name in TIMED_OPS):
         ours = spec.ours()
         base = spec.impl(spec.baseline)
         for (rows, n), dtype, mode in TIMED:

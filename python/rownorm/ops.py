@@ -2,7 +2,13 @@
 
 The schemas and the CUDA/CPU kernels live in the compiled library (src/bindings). What is
 here lets torch.compile trace the ops (fakes: exact output shapes, dtypes and strides of the
-real kernels) and makes them differentiable (the backward calls another registered op).
+real kernels, and the C++ checks with the C++ messages) and makes them differentiable (the
+backward calls another registered op).
+
+Every forward output and every ``dx`` is a new contiguous tensor of x's shape and dtype.
+Parameter gradients (``dweight``, ``dbias``) come back from the backward ops in float32
+(float64 for float64 x) with shape ``(x.size(dim),)``, or of shape ``(0,)`` when not requested;
+the autograd formulas cast them to the parameter's dtype.
 """
 
 from __future__ import annotations
@@ -17,6 +23,28 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _device_name(device: torch.device) -> str:
+    """``cpu`` / ``cuda:0``, as the C++ messages print a device."""
+    return str(device)
+
+
+def _shape_name(t: torch.Tensor) -> str:
+    """``(4, 5)`` / ``(5,)``, as the C++ messages print a shape."""
+    return str(tuple(t.shape))
+
+
+# ---- checks shared by the fakes (each mirrors a check of src/bindings, message included) ----
+
+
+def check_floating(op: str, name: str, t: torch.Tensor) -> None:
+    torch._check(
+        t.dtype in _FLOAT_DTYPES,
+        lambda: (
+            f"{op}: {name} must be float32, float16, bfloat16 or float64, got {dtype_name(t.dtype)}"
+        ),
+    )
+
+
 def check_rowwise_input(op: str, x: torch.Tensor, dim: int) -> int:
     """Validates ``x`` and ``dim`` the way the C++ bindings do; returns the wrapped dim.
 
@@ -26,10 +54,7 @@ def check_rowwise_input(op: str, x: torch.Tensor, dim: int) -> int:
         x.layout == torch.strided,
         lambda: f"{op}: x must be a dense (strided) tensor, got layout {x.layout}",
     )
-    torch._check(
-        x.dtype in _FLOAT_DTYPES,
-        lambda: f"{op}: x must be float32, float16, bfloat16 or float64, got {dtype_name(x.dtype)}",
-    )
+    check_floating(op, "x", x)
     torch._check(
         x.dim() >= 1, lambda: f"{op}: x must have at least one dimension, got a 0-d tensor"
     )
@@ -41,44 +66,135 @@ def check_rowwise_input(op: str, x: torch.Tensor, dim: int) -> int:
 
 
 def check_eps(op: str, eps: float) -> None:
-    torch._check(eps >= 0, lambda: f"{op}: eps must be >= 0, got {eps}")
+    # `:g` prints a double as C++'s ostream does (-1, 1e-05, nan).
+    torch._check(eps >= 0, lambda: f"{op}: eps must be >= 0, got {eps:g}")
+
+
+def check_like(op: str, name: str, other: torch.Tensor, x: torch.Tensor) -> None:
+    """``other`` (called ``name``) has x's device, dtype and shape (checked in that order)."""
+    torch._check(
+        other.device == x.device,
+        lambda: (
+            f"{op}: {name} must be on x's device ({_device_name(x.device)}), "
+            f"got {_device_name(other.device)}"
+        ),
+    )
+    torch._check(
+        other.dtype == x.dtype,
+        lambda: (
+            f"{op}: {name} must have x's dtype {dtype_name(x.dtype)}, got {dtype_name(other.dtype)}"
+        ),
+    )
+    torch._check(
+        other.shape == x.shape,
+        lambda: f"{op}: {name} must have x's shape {_shape_name(x)}, got {_shape_name(other)}",
+    )
+
+
+def check_param(op: str, name: str, p: torch.Tensor | None, x: torch.Tensor, dim: int) -> None:
+    """An optional per-column parameter (weight, bias): floating, shape ``(x.size(dim),)``,
+    on x's device. ``dim`` is the wrapped dim."""
+    if p is None:
+        return
+    check_floating(op, name, p)
+    torch._check(
+        p.dim() == 1 and p.shape[0] == x.shape[dim],
+        lambda: (
+            f"{op}: {name} must have shape ({x.shape[dim]},) (the size of x along dim {dim}), "
+            f"got {_shape_name(p)}"
+        ),
+    )
+    torch._check(
+        p.device == x.device,
+        lambda: (
+            f"{op}: {name} must be on x's device ({_device_name(x.device)}), "
+            f"got {_device_name(p.device)}"
+        ),
+    )
+
+
+def check_weight_grad(op: str, weight: torch.Tensor | None, weight_grad: bool) -> None:
+    torch._check(
+        not weight_grad or weight is not None,
+        lambda: f"{op}: weight_grad=True needs the weight, got weight=None",
+    )
+
+
+def resolve_eps(x: torch.Tensor, eps: float | None) -> float:
+    """``eps=None`` of rms_norm / add_rms_norm: the epsilon of the accumulation type.
+
+    That is what F.rms_norm computes: ``torch.finfo(torch.float32).eps`` for float32 and 16-bit
+    x (torch's docs say ``finfo(x.dtype)``, its kernels use the float32 one), and
+    ``torch.finfo(torch.float64).eps`` for float64.
+    """
+    if eps is not None:
+        return eps
+    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+
+
+def _new_like(x: torch.Tensor) -> torch.Tensor:
+    # The kernels always write a fresh contiguous output, whatever the input's layout.
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _param_grad(x: torch.Tensor, dim: int, wanted: bool) -> torch.Tensor:
+    """A backward op's parameter gradient: ``(x.size(dim),)`` when wanted, else ``(0,)``; in
+    float32, or float64 for float64 x (the kernels' accumulator, kept for gradcheck)."""
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty((x.shape[dim] if wanted else 0,), dtype=dtype, device=x.device)
+
+
+def _cast_param_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float32 (float64) parameter gradient in the parameter's dtype."""
+    return g if g.dtype == dtype else g.to(dtype)
+
+
+def _needs_input_grad(ctx, n: int) -> tuple[bool, ...]:
+    """The first ``n`` of ``ctx.needs_input_grad``, padded with False: the dispatcher drops
+    trailing arguments equal to their defaults (e.g. ``weight=None``), and those are not
+    listed there."""
+    needs = tuple(ctx.needs_input_grad[:n])
+    return needs + (False,) * (n - len(needs))
+
+
+def _no_double_backward(op: str):
+    """An autograd formula for a ``*_backward`` op that has none: differentiating it again
+    (``create_graph=True`` then another backward) raises this error, where the dispatcher's
+    autograd fallback would only warn and drop that gradient."""
+
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"double backward of {op} is not supported: rownorm's {op}_backward op has no "
+            f"derivative (only l2_normalize has one). For higher-order gradients, use the "
+            f"equivalent PyTorch ops (e.g. torch.nn.functional) for {op}."
+        )
+
+    return backward
+
+
+def _register_no_double_backward(op: str) -> None:
+    torch.library.register_autograd(f"rownorm::{op}_backward", _no_double_backward(op))
+
+
+# ---- l2_normalize -------------------------------------------------------------------------
 
 
 @torch.library.register_fake("rownorm::l2_normalize")
 def _l2_normalize_fake(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     check_rowwise_input("l2_normalize", x, dim)
     check_eps("l2_normalize", eps)
-    # The kernels always write a fresh contiguous output, whatever the input's layout.
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return _new_like(x)
 
 
 @torch.library.register_fake("rownorm::l2_normalize_backward")
 def _l2_normalize_backward_fake(
     grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12
 ) -> torch.Tensor:
-    check_rowwise_input("l2_normalize_backward", x, dim)
-    check_eps("l2_normalize_backward", eps)
-    torch._check(
-        grad.device == x.device,
-        lambda: (
-            f"l2_normalize_backward: grad must be on x's device ({x.device}), got {grad.device}"
-        ),
-    )
-    torch._check(
-        grad.shape == x.shape,
-        lambda: (
-            f"l2_normalize_backward: grad must have x's shape {tuple(x.shape)}, "
-            f"got {tuple(grad.shape)}"
-        ),
-    )
-    torch._check(
-        grad.dtype == x.dtype,
-        lambda: (
-            f"l2_normalize_backward: grad must have x's dtype {dtype_name(x.dtype)}, "
-            f"got {dtype_name(grad.dtype)}"
-        ),
-    )
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    op = "l2_normalize_backward"
+    check_rowwise_input(op, x, dim)
+    check_eps(op, eps)
+    check_like(op, "grad", grad, x)
+    return _new_like(x)
 
 
 def _l2_normalize_setup_context(ctx, inputs, output) -> None:
@@ -144,3 +260,293 @@ torch.library.register_autograd(
     _l2_normalize_double_backward,
     setup_context=_l2_normalize_backward_setup_context,
 )
+
+# ---- l1_normalize -------------------------------------------------------------------------
+
+
+@torch.library.register_fake("rownorm::l1_normalize")
+def _l1_normalize_fake(
+    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
+) -> torch.Tensor:
+    check_rowwise_input("l1_normalize", x, dim)
+    check_eps("l1_normalize", eps)
+    return _new_like(x)
+
+
+@torch.library.register_fake("rownorm::l1_normalize_backward")
+def _l1_normalize_backward_fake(
+    grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
+) -> torch.Tensor:
+    op = "l1_normalize_backward"
+    check_rowwise_input(op, x, dim)
+    check_eps(op, eps)
+    check_like(op, "grad", grad, x)
+    return _new_like(x)
+
+
+def _l1_normalize_setup_context(ctx, inputs, output) -> None:
+    x, dim, eps, mean = inputs
+    # Like l2: the backward recomputes Σ|x| from x in the pass that reads dy.
+    ctx.save_for_backward(x)
+    ctx.dim, ctx.eps, ctx.mean = dim, eps, mean
+
+
+def _l1_normalize_backward(ctx, grad: torch.Tensor):
+    (x,) = ctx.saved_tensors
+    grad_x = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.ops.rownorm.l1_normalize_backward(grad, x, ctx.dim, ctx.eps, ctx.mean)
+    return grad_x, None, None, None
+
+
+torch.library.register_autograd(
+    "rownorm::l1_normalize", _l1_normalize_backward, setup_context=_l1_normalize_setup_context
+)
+_register_no_double_backward("l1_normalize")
+
+# ---- rms_norm -----------------------------------------------------------------------------
+
+
+@torch.library.register_fake("rownorm::rms_norm")
+def _rms_norm_fake(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float | None = None,
+) -> torch.Tensor:
+    op = "rms_norm"
+    dim = check_rowwise_input(op, x, dim)
+    check_eps(op, resolve_eps(x, eps))
+    check_param(op, "weight", weight, x, dim)
+    return _new_like(x)
+
+
+@torch.library.register_fake("rownorm::rms_norm_backward")
+def _rms_norm_backward_fake(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    dim: int,
+    eps: float,
+    weight_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "rms_norm_backward"
+    dim = check_rowwise_input(op, x, dim)
+    check_eps(op, eps)
+    check_like(op, "grad", grad, x)
+    check_param(op, "weight", weight, x, dim)
+    check_weight_grad(op, weight, weight_grad)
+    return _new_like(x), _param_grad(x, dim, weight_grad)
+
+
+def _rms_norm_setup_context(ctx, inputs, output) -> None:
+    x, weight, dim, eps = inputs
+    # The backward recomputes rsqrt(mean(x²) + eps) from x in the pass that reads dy.
+    ctx.save_for_backward(x, weight)
+    ctx.dim = dim
+    ctx.eps = resolve_eps(x, eps)
+
+
+def _rms_norm_backward(ctx, grad: torch.Tensor):
+    x, weight = ctx.saved_tensors
+    need_x, need_w = _needs_input_grad(ctx, 2)
+    grad_x = grad_w = None
+    if need_x or need_w:
+        dx, dw = torch.ops.rownorm.rms_norm_backward(grad, x, weight, ctx.dim, ctx.eps, need_w)
+        grad_x = dx if need_x else None
+        grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
+    return grad_x, grad_w, None, None
+
+
+torch.library.register_autograd(
+    "rownorm::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context
+)
+_register_no_double_backward("rms_norm")
+
+# ---- layer_norm ---------------------------------------------------------------------------
+
+
+@torch.library.register_fake("rownorm::layer_norm")
+def _layer_norm_fake(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    op = "layer_norm"
+    dim = check_rowwise_input(op, x, dim)
+    check_eps(op, eps)
+    check_param(op, "weight", weight, x, dim)
+    check_param(op, "bias", bias, x, dim)
+    return _new_like(x)
+
+
+@torch.library.register_fake("rownorm::layer_norm_backward")
+def _layer_norm_backward_fake(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    dim: int,
+    eps: float,
+    weight_grad: bool,
+    bias_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    op = "layer_norm_backward"
+    dim = check_rowwise_input(op, x, dim)
+    check_eps(op, eps)
+    check_like(op, "grad", grad, x)
+    check_param(op, "weight", weight, x, dim)
+    check_weight_grad(op, weight, weight_grad)
+    return _new_like(x), _param_grad(x, dim, weight_grad), _param_grad(x, dim, bias_grad)
+
+
+def _layer_norm_setup_context(ctx, inputs, output) -> None:
+    x, weight, bias, dim, eps = inputs
+    # The backward recomputes mean and rstd from x; the bias itself is not needed (dbias =
+    # Σ_rows dy), only its dtype.
+    ctx.save_for_backward(x, weight)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.dim = dim
+    ctx.eps = eps
+
+
+def _layer_norm_backward(ctx, grad: torch.Tensor):
+    x, weight = ctx.saved_tensors
+    need_x, need_w, need_b = _needs_input_grad(ctx, 3)
+    grad_x = grad_w = grad_b = None
+    if need_x or need_w or need_b:
+        dx, dw, db = torch.ops.rownorm.layer_norm_backward(
+            grad, x, weight, ctx.dim, ctx.eps, need_w, need_b
+        )
+        grad_x = dx if need_x else None
+        grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
+        grad_b = _cast_param_grad(db, ctx.bias_dtype) if need_b else None
+    return grad_x, grad_w, grad_b, None, None
+
+
+torch.library.register_autograd(
+    "rownorm::layer_norm", _layer_norm_backward, setup_context=_layer_norm_setup_context
+)
+_register_no_double_backward("layer_norm")
+
+# ---- softmax / log_softmax ----------------------------------------------------------------
+
+
+def _softmax_fake(op: str):
+    def fake(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        check_rowwise_input(op, x, dim)
+        return _new_like(x)
+
+    return fake
+
+
+def _softmax_backward_fake(op: str):
+    def fake(grad: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        check_floating(op, "y", y)
+        check_rowwise_input(op, y, dim)
+        check_like(op, "grad", grad, y)
+        return _new_like(y)
+
+    return fake
+
+
+def _softmax_setup_context(ctx, inputs, output) -> None:
+    x, dim = inputs
+    # Both backwards are cheapest from the forward's OUTPUT y (no max / sum-exp to redo):
+    # softmax dx = y⊙(dy − Σ dy⊙y), log_softmax dx = dy − exp(y)·Σ dy.
+    ctx.save_for_backward(output)
+    ctx.dim = dim
+
+
+def _softmax_autograd(op: str):
+    backward_op = getattr(torch.ops.rownorm, f"{op}_backward")
+
+    def backward(ctx, grad: torch.Tensor):
+        (y,) = ctx.saved_tensors
+        grad_x = backward_op(grad, y, ctx.dim) if ctx.needs_input_grad[0] else None
+        return grad_x, None
+
+    return backward
+
+
+for _op in ("softmax", "log_softmax"):
+    torch.library.register_fake(f"rownorm::{_op}", _softmax_fake(_op))
+    torch.library.register_fake(
+        f"rownorm::{_op}_backward", _softmax_backward_fake(f"{_op}_backward")
+    )
+    torch.library.register_autograd(
+        f"rownorm::{_op}", _softmax_autograd(_op), setup_context=_softmax_setup_context
+    )
+    _register_no_double_backward(_op)
+del _op
+
+# ---- add_rms_norm -------------------------------------------------------------------------
+
+
+@torch.library.register_fake("rownorm::add_rms_norm")
+def _add_rms_norm_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "add_rms_norm"
+    dim = check_rowwise_input(op, x, -1)
+    check_like(op, "residual", residual, x)
+    check_eps(op, resolve_eps(x, eps))
+    check_param(op, "weight", weight, x, dim)
+    return _new_like(x), _new_like(x)
+
+
+@torch.library.register_fake("rownorm::add_rms_norm_backward")
+def _add_rms_norm_backward_fake(
+    grad: torch.Tensor,
+    grad_residual: torch.Tensor | None,
+    r: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    weight_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "add_rms_norm_backward"
+    # As in C++, r is checked (and named) as the x of rms_norm.
+    dim = check_rowwise_input(op, r, -1)
+    check_eps(op, eps)
+    check_like(op, "grad", grad, r)
+    check_param(op, "weight", weight, r, dim)
+    check_weight_grad(op, weight, weight_grad)
+    if grad_residual is not None:
+        check_like(op, "grad_residual", grad_residual, r)
+    return _new_like(r), _param_grad(r, dim, weight_grad)
+
+
+def _add_rms_norm_setup_context(ctx, inputs, output) -> None:
+    x, residual, weight, eps = inputs
+    _, r = output
+    # The backward is rms_norm's at r = x + residual (the second output, already rounded to
+    # x's dtype), so r is all it needs. Gradients that do not reach an output stay None
+    # instead of becoming zero tensors, so an unused r costs no zeros to read.
+    ctx.save_for_backward(r, weight)
+    ctx.eps = resolve_eps(x, eps)
+    ctx.set_materialize_grads(False)
+
+
+def _add_rms_norm_backward(ctx, grad_out: torch.Tensor | None, grad_r: torch.Tensor | None):
+    r, weight = ctx.saved_tensors
+    need_x, need_res, need_w = _needs_input_grad(ctx, 3)
+    d_r = grad_w = None
+    if grad_out is not None and (need_x or need_res or need_w):
+        d_r, dw = torch.ops.rownorm.add_rms_norm_backward(
+            grad_out, grad_r, r, weight, ctx.eps, need_w
+        )
+        grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
+    elif grad_out is None:
+        d_r = grad_r  # only r = x + residual reached the loss: the add's gradient
+    # x and residual enter only through r = x + residual: both get d_r.
+    return d_r if need_x else None, d_r if need_res else None, grad_w, None
+
+
+torch.library.register_autograd(
+    "rownorm::add_rms_norm", _add_rms_norm_backward, setup_context=_add_rms_norm_setup_context
+)
+_register_no_double_backward("add_rms_norm")

@@ -1,11 +1,68 @@
 """Float64 reference implementations of every rownorm op: the truth tests and benchmarks use.
 
-Each function computes in float64 (on x's device) and returns x's dtype, rounded once.
+Each forward computes in float64 (on x's device) from the given (already rounded) inputs and
+returns x's dtype, rounded once. The formulas are written out here, not taken from
+``torch.nn.functional``, so that the tests' comparisons with ``F.*`` are a second, independent
+check. The forwards stay differentiable for float64 inputs (the benchmark harness takes its
+backward reference by float64 autograd of them).
+
+Each ``*_backward`` takes the op's gradient(s) and its INPUTS (x, not a saved output), in the
+functional API's argument order, and returns the gradients by float64 autograd of the
+reference forward: row gradients rounded once to x's dtype, parameter gradients to the
+parameter's dtype (None for a parameter not given).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
+
+
+def _resolve_eps(x: torch.Tensor, eps: float | None) -> float:
+    """F.rms_norm's default: the epsilon of the accumulation type (float32 unless float64)."""
+    if eps is not None:
+        return eps
+    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+
+
+def _along(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:
+    """A ``(x.size(dim),)`` parameter in float64, shaped to broadcast against x along dim."""
+    if p is None:
+        return None
+    shape = [1] * x.dim()
+    shape[dim % x.dim()] = -1
+    return p.double().reshape(shape)
+
+
+def _vjp(
+    fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+    inputs: Sequence[torch.Tensor | None],
+    grads: Sequence[torch.Tensor | None],
+) -> list[torch.Tensor | None]:
+    """Gradients of ``fn(*inputs)`` (computed in float64) for the output gradients ``grads``
+    (None: that output gets none); each rounded once to its input's dtype, None for None."""
+    leaves = [None if t is None else t.detach().double().requires_grad_(True) for t in inputs]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    used = [(o, g.double()) for o, g in zip(outs, grads, strict=True) if g is not None]
+    wrt = [leaf for leaf in leaves if leaf is not None]
+    got = iter(
+        torch.autograd.grad([o for o, _ in used], wrt, [g for _, g in used], allow_unused=True)
+        if used
+        else [None] * len(wrt)
+    )
+    result: list[torch.Tensor | None] = []
+    for t, leaf in zip(inputs, leaves, strict=True):
+        if t is None:
+            result.append(None)
+            continue
+        g = next(got)
+        result.append((torch.zeros_like(leaf) if g is None else g).to(t.dtype))
+    return result
+
+
+# ---- forwards -------------------------------------------------------------------------------
 
 
 def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
@@ -15,12 +72,153 @@ def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Te
     return (x64 / norm.clamp_min(eps)).to(x.dtype)
 
 
+def l1_normalize(
+    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
+) -> torch.Tensor:
+    """``x / max(s, eps)``, ``s = Σ|x|`` (``mean|x|`` when ``mean``), in float64."""
+    x64 = x.double()
+    s = x64.abs().sum(dim=dim, keepdim=True)
+    if mean:
+        s = s / x64.shape[dim]
+    return (x64 / s.clamp_min(eps)).to(x.dtype)
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """``x · rsqrt(mean(x²) + eps) · w`` in float64 (eps None: F.rms_norm's default)."""
+    eps = _resolve_eps(x, eps)
+    x64 = x.double()
+    y = x64 * torch.rsqrt((x64 * x64).mean(dim=dim, keepdim=True) + eps)
+    if weight is not None:
+        y = y * _along(weight, x, dim)
+    return y.to(x.dtype)
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``(x − μ) · rsqrt(σ² + eps) · w + b`` in float64, σ² the biased variance over dim."""
+    x64 = x.double()
+    xc = x64 - x64.mean(dim=dim, keepdim=True)
+    y = xc * torch.rsqrt((xc * xc).mean(dim=dim, keepdim=True) + eps)
+    if weight is not None:
+        y = y * _along(weight, x, dim)
+    if bias is not None:
+        y = y + _along(bias, x, dim)
+    return y.to(x.dtype)
+
+
+def _shifted(x64: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x − max(x)`` along dim. The max is a constant of the maths (softmax is invariant to
+    it), so it is detached; -inf − -inf = NaN gives all -inf rows torch's NaN."""
+    if x64.shape[dim] == 0:
+        return x64
+    return x64 - x64.amax(dim=dim, keepdim=True).detach()
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``exp(x − m) / Σ exp(x − m)`` in float64."""
+    e = torch.exp(_shifted(x.double(), dim))
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``x − m − log Σ exp(x − m)`` in float64."""
+    z = _shifted(x.double(), dim)
+    return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(r, weight, -1, eps), r)`` with ``r = x + residual`` rounded to x's dtype
+    (torch's ``x + residual``); eps None: F.rms_norm's default (``ops.resolve_eps``)."""
+    r = x + residual
+    return rms_norm(r, weight, -1, _resolve_eps(x, eps)), r
+
+
+# ---- backwards ------------------------------------------------------------------------------
+
+
 def l2_normalize_backward(
     grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12
 ) -> torch.Tensor:
     """Gradient of :func:`l2_normalize` w.r.t. x, by float64 autograd of the reference."""
-    x64 = x.detach().double().requires_grad_(True)
-    norm = torch.linalg.vector_norm(x64, ord=2, dim=dim, keepdim=True)
-    y = x64 / norm.clamp_min(eps)
-    (gx,) = torch.autograd.grad(y, x64, grad.double())
-    return gx.to(x.dtype)
+    (dx,) = _vjp(lambda t: l2_normalize(t, dim, eps), [x], [grad])
+    return dx
+
+
+def l1_normalize_backward(
+    grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
+) -> torch.Tensor:
+    """Gradient of :func:`l1_normalize` w.r.t. x (``sign(0) = 0``; ``dy/eps`` where clamped)."""
+    (dx,) = _vjp(lambda t: l1_normalize(t, dim, eps, mean), [x], [grad])
+    return dx
+
+
+def rms_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(dx, dweight)`` of :func:`rms_norm`; dweight None without a weight."""
+    eps = _resolve_eps(x, eps)  # x's dtype, not the float64 of the autograd copy
+    dx, dw = _vjp(lambda t, w: rms_norm(t, w, dim, eps), [x, weight], [grad])
+    return dx, dw
+
+
+def layer_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dim: int = -1,
+    eps: float = 1e-5,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(dx, dweight, dbias)`` of :func:`layer_norm`; None for a parameter not given."""
+    dx, dw, db = _vjp(lambda t, w, b: layer_norm(t, w, b, dim, eps), [x, weight, bias], [grad])
+    return dx, dw, db
+
+
+def softmax_backward(grad: torch.Tensor, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Gradient of :func:`softmax` w.r.t. its input x (not its output)."""
+    (dx,) = _vjp(lambda t: softmax(t, dim), [x], [grad])
+    return dx
+
+
+def log_softmax_backward(grad: torch.Tensor, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Gradient of :func:`log_softmax` w.r.t. its input x (not its output)."""
+    (dx,) = _vjp(lambda t: log_softmax(t, dim), [x], [grad])
+    return dx
+
+
+def add_rms_norm_backward(
+    grad: torch.Tensor,
+    grad_residual: torch.Tensor | None,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(dx, dresidual, dweight)`` of :func:`add_rms_norm` for the output gradients ``grad``
+    (of out) and ``grad_residual`` (of r; None = zeros). dweight None without a weight.
+
+    The norm's gradient is taken at the rounded ``r = x + residual`` the op normalizes; the
+    add passes its gradient through, so ``dx = dresidual = grad_residual + d(out)/d(r)``."""
+    eps = _resolve_eps(x, eps)
+    r = (x + residual).detach()
+    dr, dw = _vjp(lambda t, w: (rms_norm(t, w, -1, eps), t), [r, weight], [grad, grad_residual])
+    return dr, dr.clone(), dw

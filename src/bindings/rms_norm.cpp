@@ -5,14 +5,11 @@
 namespace rownorm {
 namespace {
 
-// torch.finfo(dtype).eps: F.rms_norm's default eps.
+// F.rms_norm's default eps: the epsilon of the accumulation type, torch.finfo(float32).eps
+// for float32 and 16-bit x (what torch computes, although its docs say finfo(x.dtype)) and
+// torch.finfo(float64).eps for float64.
 double DefaultEps(ScalarType t) {
-  switch (t) {
-    case ScalarType::Double: return 2.220446049250313e-16;
-    case ScalarType::Half: return 0.0009765625;
-    case ScalarType::BFloat16: return 0.0078125;
-    default: return 1.1920928955078125e-07;
-  }
+  return t == ScalarType::Double ? 2.220446049250313e-16 : 1.1920928955078125e-07;
 }
 
 double ResolveEps(const char* op, const Tensor& x, std::optional<double> eps) {
