@@ -10,7 +10,7 @@
 #   summary.md        GPU, build info, ptxas registers/spills, step results, benchmark tables
 #   build.log         the build (ptxas summary first, then warnings/errors and the tail)
 #   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
-#   sanitizer.log     compute-sanitizer memcheck and racecheck on scripts' small workload
+#   sanitizer.log     compute-sanitizer memcheck and racecheck on a small workload of every op
 #   bench/results.csv, bench/results.md, bench/plots.tar (one PNG per op)  (python -m rownorm.bench)
 #
 # Environment:
@@ -337,39 +337,75 @@ if [[ ${SKIP_SANITIZER:-0} == 1 ]]; then
 elif [[ -z $SANITIZER || $HAVE_GPU == 0 ]]; then
   record sanitizer skipped 0 "no compute-sanitizer or no GPU"
 else
-  cat >"$WORK/sanitize_l2.py" <<'EOF'
-"""Small workload for compute-sanitizer: every tier of l2_normalize, forward + backward."""
+  cat >"$WORK/sanitize_ops.py" <<'EOF'
+"""Small workload for compute-sanitizer: every op, forward + backward (parameter gradients
+included), on every tier: CUDA results against the same op on the CPU in float64."""
 import torch
 
-import rownorm  # noqa: F401
-from rownorm import reference
+import rownorm
 
-torch.manual_seed(0)
-# (shape, dim, slice_cols): tiers by N (warp / CTA / cluster / beyond), a strided reduction
-# over dim 0 of a 3-D tensor, and row-strided input (a column slice of a wider tensor).
-cases = [
-    ((64, 100), -1, None), ((16, 3000), -1, None), ((4, 65535), -1, None),
-    ((2, 300000), -1, None), ((300, 4, 5), 0, None), ((3, 70, 33), 1, None),
-    ((8, 1024), -1, 1000),
+DEVICE = "cuda"
+# (shape, dim, slice_cols): tiers by N (group / warp / CTA / cluster / beyond), the fused
+# weight-gradient CTA path (4096), strided reductions over dim 0 and 1, row-strided input.
+CASES = [
+    ((64, 100), -1, None), ((16, 1500), -1, None), ((40, 4096), -1, None),
+    ((4, 65535), -1, None), ((2, 300000), -1, None), ((300, 4, 5), 0, None),
+    ((3, 70, 33), 1, None), ((8, 1024), -1, 1000),
 ]
+
+
+def ops(x, dim, w, b, r):
+    """(name, output, parameters to differentiate) of every op on x."""
+    yield "l2_normalize", rownorm.l2_normalize(x, dim), ()
+    yield "mean_abs", rownorm.l1_normalize(x, dim, 1e-12, True), ()
+    yield "rms_norm", rownorm.rms_norm(x, w, dim, 1e-6), (w,)
+    yield "layer_norm", rownorm.layer_norm(x, w, b, dim, 1e-5), (w, b)
+    yield "softmax", rownorm.softmax(x, dim), ()
+    yield "log_softmax", rownorm.log_softmax(x, dim), ()
+    if dim in (-1, x.dim() - 1):
+        out, h = rownorm.add_rms_norm(x, r, w, 1e-6)
+        yield "add_rms_norm", out * 2 + h, (w, r)
+
+
+def results(dtype, device, x0, w0, b0, r0, dim, view_of, grad_dtype):
+    t = [v.to(device=device, dtype=dtype).requires_grad_(True) for v in (x0, w0, b0, r0)]
+    if view_of is not None:  # the same values as a row-strided view of a wider tensor
+        wide = torch.zeros(view_of, dtype=dtype, device=device)
+        wide[:, : x0.shape[-1]] = t[0].detach()
+        t[0] = wide[:, : x0.shape[-1]].requires_grad_(True)
+    out = {}
+    for name, y, params in ops(t[0], dim, t[1], t[2], t[3]):
+        dy = torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)
+        dy = dy.to(grad_dtype)  # the same rounded values in both runs
+        grads = torch.autograd.grad(y, (t[0], *params), dy.to(device=device, dtype=dtype))
+        out[name] = [y.detach(), *grads]
+    return out
+
+
 worst = 0.0
-for dtype in (torch.float32, torch.bfloat16):
-    for shape, dim, cols in cases:
-        base = torch.randn(shape, device="cuda", dtype=dtype)
-        x = (base[:, :cols] if cols else base).detach().requires_grad_(True)
-        y = torch.ops.rownorm.l2_normalize(x, dim, 1e-12)
-        dy = torch.randn_like(y)
-        y.backward(dy)
-        torch.cuda.synchronize()
-        x64 = x.detach().double().requires_grad_(True)
-        ref = reference.l2_normalize(x64, dim)
-        (gref,) = torch.autograd.grad(ref, x64, dy.double())
-        err_y = ((y.double() - ref).norm() / ref.norm()).item()
-        err_g = ((x.grad.double() - gref).norm() / gref.norm().clamp_min(1e-30)).item()
-        tol = 1e-5 if dtype == torch.float32 else 1e-2
-        worst = max(worst, err_y / tol, err_g / tol)
-        print(f"{str(dtype):<15} {str(tuple(x.shape)):<14} dim={dim:<2} "
-              f"err y {err_y:.1e} dx {err_g:.1e}", flush=True)
+for i, (shape, dim, cols) in enumerate(CASES):
+    g = torch.Generator().manual_seed(i)
+    x0 = torch.randn(shape, generator=g)
+    x0 = x0[:, :cols].contiguous() if cols else x0
+    n = x0.shape[dim]
+    w0, b0 = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    r0 = torch.randn(x0.shape, generator=g)
+    for dtype in (torch.float32, torch.bfloat16):
+        rounded = [v.to(dtype).double() for v in (x0, w0, b0, r0)]
+        got = results(dtype, DEVICE, *rounded, dim, shape if cols else None, dtype)
+        ref = results(torch.float64, "cpu", *rounded, dim, None, dtype)
+        case_worst = 0.0
+        for name in ref:
+            for a, c in zip(got[name], ref[name]):
+                a = a.double().cpu()
+                fin = torch.isfinite(c)
+                scale = c[fin].abs().max().clamp_min(1e-30)
+                err = ((a - c).abs()[fin].max() / scale).item()
+                tol = 2e-5 if dtype == torch.float32 else 3e-2
+                case_worst = max(case_worst, err / tol)
+        worst = max(worst, case_worst)
+        print(f"{str(dtype):<15} {str(shape):<14} dim={dim:<2} cols={cols} "
+              f"worst error / tolerance {case_worst:.2f}", flush=True)
 print("sanitizer workload:", "results OK" if worst <= 1 else "RESULTS WRONG")
 EOF
   : >"$WORK/sanitizer_summary.txt"
@@ -392,7 +428,7 @@ EOF
     # shellcheck disable=SC2086
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$limit" "$SANITIZER" --tool "$tool" \
       "${filter[@]}" --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} \
-      "$PY" "$WORK/sanitize_l2.py" \
+      "$PY" "$WORK/sanitize_ops.py" \
       >"$WORK/$tool.log" 2>&1
     rc=$?
     head -c 400000 "$WORK/$tool.log" >>"$SAN_LOG"
