@@ -55,30 +55,21 @@ std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor,
   const std::optional<Tensor> w = ParamAs(weight, pt);
   const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
   const int64_t rows = p.outer * p.inner;
-  if (weight_grad && p.cuda && p.rows && x.numel() > 0) {
+  if (weight_grad && x.numel() > 0) {
     // The fused path: dx and the weight gradient's chunk partials in one pass over x and dy.
-    std::optional<Tensor> dw;
+    std::optional<std::array<Tensor, 2>> grads;
     DispatchFloating(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, double>) {
         DispatchParam<T>(pt, [&](auto wtag) {
           using W = decltype(wtag);
-          using Op = RmsNormBwdOp<T, float, W, kIn>;
-          const RowArgs<T, kIn> a = RowArgsOf<T>(p, dx, nullptr);
-          const int64_t chunks = FusedChunks<Op>(a);
-          if (chunks == 0) return;
-          Tensor partial = torch::stable::new_empty(x, {chunks * p.d}, ScalarType::Float);
-          Tensor out = torch::stable::new_empty(x, {p.d}, ScalarType::Float);
-          const cudaStream_t stream = CurrentCudaStream(x);
-          const Op bwd{static_cast<float>(eps), ParamPtr<W>(w), nullptr};
-          CheckLaunch(op, LaunchRowsWithSums(a, bwd, MutPtr<float>(partial), stream));
-          CheckLaunch(op, ParamGradFinalize<float>(ConstPtr<float>(partial), chunks, p.d,
-                                                          MutPtr<float>(out), nullptr, stream));
-          dw = out;
+          const RmsNormBwdOp<T, float, W, kIn> bwd{static_cast<float>(eps), ParamPtr<W>(w),
+                                                   nullptr};
+          grads = FusedParamGrads(op, p, dx, bwd, true, false);
         });
       }
     });
-    if (dw.has_value()) return {dx, *dw};
+    if (grads.has_value()) return {dx, (*grads)[0]};
   }
   Tensor stats = NewStats(x, weight_grad && x.numel() > 0 ? rows : 0);
   if (x.numel() > 0) {

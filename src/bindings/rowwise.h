@@ -199,6 +199,30 @@ inline Tensor NewStats(const Tensor& x, int64_t rows) {
   return torch::stable::new_empty(x, {rows, 2}, AccDtype(x));
 }
 
+// The fused path of parameter gradients (CUDA, row tiers): runs `op` (float accumulation, no
+// saved statistics) with column sums, writing dx; returns {dweight, dbias} (float32, (d,) or
+// (0,) when not requested), or nothing where the path does not apply (then nothing ran).
+template <class Op, int kIn>
+std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
+                                                     const Tensor& dx, const Op& op,
+                                                     bool want_w, bool want_b) {
+  using T = typename Op::Elem;
+  if (!p.cuda || !p.rows) return std::nullopt;
+  const RowArgs<T, kIn> a = RowArgsOf<T>(p, dx, nullptr);
+  const int64_t chunks = FusedChunks<Op>(a);
+  if (chunks == 0) return std::nullopt;
+  Tensor partial =
+      torch::stable::new_empty(dx, {Op::kColumnSums * chunks * p.d}, ScalarType::Float);
+  Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, ScalarType::Float);
+  Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, ScalarType::Float);
+  const cudaStream_t stream = CurrentCudaStream(dx);
+  CheckLaunch(name, LaunchRowsWithSums(a, op, MutPtr<float>(partial), stream));
+  CheckLaunch(name, ParamGradFinalize<float>(ConstPtr<float>(partial), chunks, p.d,
+                                             want_w ? MutPtr<float>(dw) : nullptr,
+                                             want_b ? MutPtr<float>(db) : nullptr, stream));
+  return std::array<Tensor, 2>{dw, db};
+}
+
 // Parameter gradients dweight / dbias (each requested one of shape (d,)) from x, dy and the
 // saved statistics, in float32 (float64 for float64 x). Unrequested ones are of shape (0,).
 template <typename T>

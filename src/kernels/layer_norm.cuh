@@ -4,12 +4,14 @@
 //   forward   μ = mean(x), var = mean((x − μ)²) (biased, two passes over the row: stable),
 //             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b
 //   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
-//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (kernels/param_grad.h, from the (μ, r) saved
-//             per row here)
+//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums on the CTA / group tiers,
+//             else kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from
 // memory once; the streaming tier reads it once per pass.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/common/reduce.cuh"
 
@@ -45,12 +47,18 @@ struct LayerNormBwdOp {
   using Elem = T;
   static constexpr int kIn = 2;  // x, dy
   static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
+  static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy (fused on the CTA/group tiers)
   Acc eps;
   const W* weight;  // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row, or nullptr
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
+    (*this)(row, static_cast<NoColumnSums*>(nullptr));
+  }
+
+  template <class Row, class Sums>
+  ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
     const Acc mu = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0]; }) / n;
@@ -70,6 +78,11 @@ struct LayerNormBwdOp {
     row.Store([mu, r, mean_g, c, w](const Acc* v, int64_t col) {
       return r * (v[1] * Param(w, col, Acc(1)) - mean_g - (v[0] - mu) * c);
     });
+    if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
+      row.AddColumns(
+          [mu, r](const Acc* v, int64_t) { return Array<Acc, 2>{{v[1] * (v[0] - mu) * r, v[1]}}; },
+          sums);
+    }
   }
 };
 

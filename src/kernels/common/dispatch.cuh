@@ -266,26 +266,67 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
 
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with kColumnSums): rows that the table puts on the CTA tier
-// and that start 16-byte aligned with n a multiple of the pack width run CtaRowSumsKernel,
-// kFusedChunkRows rows per CTA. Others save per-row statistics for kernels/param_grad.h.
-// 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the
-// tier, while the float partials stay at 1/16 of the rows (measured: 32 rows per CTA left
-// half the SMs' thread slots empty, 70% of copy for the backward).
+// or the 4-pack group tier, that start 16-byte aligned and whose n is a multiple of the pack
+// width run CtaRowSumsKernel / GroupRowSumsKernel. Others save per-row statistics for
+// kernels/param_grad.h (a second read of x and dy).
+//
+// 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
+// while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
+// thread slots empty: 70% of copy for the backward). A group runs 32 rows (groups are many).
 constexpr int kFusedChunkRows = 16;
+constexpr int kFusedGroupRows = 32;
+constexpr int kGroupCtaThreads = 128;
+constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
+
+// The plan of the fused path for `a`, or a plan of tier kStreaming where it does not apply.
+template <class Op, typename T>
+RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  const RowPlan none{RowTier::kStreaming};
+  if (std::is_same_v<T, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0) return none;
+  for (int i = 0; i < Op::kIn; ++i) {
+    if (reinterpret_cast<uintptr_t>(a.in[i]) % 16 != 0 || a.in_stride[i] % kVec != 0) return none;
+  }
+  if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return none;
+  DeviceInfo dev;
+  if (GetDeviceInfo(&dev) != cudaSuccess) return none;
+  const RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9);
+  // Where the fused path measured faster than the two-pass one (H100, bf16, backward with
+  // parameter gradients, % of copy for 3 tensors): one column sum (RMSNorm) on the CTA tier
+  // (N=4096: 80 against 57; 8192: 78 / 57) and on groups of 16+ lanes (N=1024: 77 / 58; with 8
+  // lanes, N=256: 55 / 58); two sums (LayerNorm) on groups of 16+ lanes only (N=1024: 64 / 57;
+  // on the CTA tier, N=4096: 52 / 58, N=8192: 42 / 57).
+  if (plan.tier == RowTier::kCta && Op::kColumnSums == 1) return plan;
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) return plan;
+  return none;
+}
 
 // The number of chunk partials the fused path writes for `a`, or 0 where it does not apply.
 template <class Op, typename T>
 int64_t FusedColumnSumChunks(const RowArgs<T, Op::kIn>& a) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  if (std::is_same_v<T, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0) return 0;
-  for (int i = 0; i < Op::kIn; ++i) {
-    if (reinterpret_cast<uintptr_t>(a.in[i]) % 16 != 0 || a.in_stride[i] % kVec != 0) return 0;
+  const RowPlan plan = FusedPlan<Op>(a);
+  if (plan.tier == RowTier::kCta) return (a.rows + kFusedChunkRows - 1) / kFusedChunkRows;
+  if (plan.tier == RowTier::kGroup) {
+    const int64_t groups = kGroupCtaThreads / plan.width;
+    const int64_t per_cta = groups * kFusedGroupRows;
+    return (a.rows + per_cta - 1) / per_cta * groups;
   }
-  if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return 0;
-  DeviceInfo dev;
-  if (GetDeviceInfo(&dev) != cudaSuccess) return 0;
-  if (PlanRowTier(a.n, kVec, dev.cc_major >= 9).tier != RowTier::kCta) return 0;
-  return (a.rows + kFusedChunkRows - 1) / kFusedChunkRows;
+  return 0;
+}
+
+template <class Op, typename T, int kWidth>
+cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+                               cudaStream_t stream) {
+  constexpr int kVec = MaxPackWidth(sizeof(T));
+  if constexpr (kWidth < kVec) {
+    return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
+  } else {
+    constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
+    GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
+        <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op,
+                                                                                   partial);
+    return cudaGetLastError();
+  }
 }
 
 // Runs `op` on every row of `a` and writes its column sums as FusedColumnSumChunks(a) chunk
@@ -297,27 +338,38 @@ cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T
   if constexpr (std::is_same_v<T, double>) {
     return cudaErrorNotSupported;
   } else {
-    const int64_t chunks = FusedColumnSumChunks<Op>(a);
-    if (chunks == 0) return cudaErrorNotSupported;
-    // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
-    // packs per thread: at four, the column sums double the registers a cached pack costs
-    // and fewer CTAs fit an SM (measured, bf16 backward with dweight: N=4096 79% of copy with
-    // two packs against 73% with four; N=8192 and 16384 were faster with four: 77% / 70%
-    // against 74% / 65%).
-    constexpr int kSumVecs = 2;
-    const unsigned grid = GridFor(chunks);
-    if (a.n <= int64_t{128} * kSumVecs * kVec) {
-      CtaRowSumsKernel<Op, T, kVec, kSumVecs, 128, kFusedChunkRows>
-          <<<grid, 128, 0, stream>>>(a, op, partial);
-    } else if (a.n <= int64_t{256} * kSumVecs * kVec) {
-      CtaRowSumsKernel<Op, T, kVec, kSumVecs, 256, kFusedChunkRows>
-          <<<grid, 256, 0, stream>>>(a, op, partial);
-    } else if (a.n <= int64_t{256} * kCtaVecs * kVec) {
-      CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 256, kFusedChunkRows>
-          <<<grid, 256, 0, stream>>>(a, op, partial);
+    const RowPlan plan = FusedPlan<Op>(a);
+    if (plan.tier == RowTier::kGroup) {
+      switch (plan.width) {  // FusedPlan: groups of 16+ lanes
+        case 16: return LaunchGroupRowSums<Op, T, 16>(a, op, partial, stream);
+        case 32: return LaunchGroupRowSums<Op, T, 32>(a, op, partial, stream);
+        default: return cudaErrorNotSupported;
+      }
+    }
+    if constexpr (Op::kColumnSums == 1) {  // FusedPlan: the CTA tier only with one sum
+      if (plan.tier != RowTier::kCta) return cudaErrorNotSupported;
+      const unsigned grid = GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows);
+      // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
+      // packs per thread: at four, the column sums double the registers a cached pack costs
+      // and fewer CTAs fit an SM (measured, bf16 rms backward with dweight: N=4096 79% of
+      // copy with two packs against 73% with four; N=8192 and 16384 were faster with four:
+      // 77% / 70% against 74% / 65%).
+      constexpr int kSumVecs = kFusedSumVecs;
+      if (a.n <= int64_t{128} * kSumVecs * kVec) {
+        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 128, kFusedChunkRows>
+            <<<grid, 128, 0, stream>>>(a, op, partial);
+      } else if (a.n <= int64_t{256} * kSumVecs * kVec) {
+        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 256, kFusedChunkRows>
+            <<<grid, 256, 0, stream>>>(a, op, partial);
+      } else if (a.n <= int64_t{256} * kCtaVecs * kVec) {
+        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 256, kFusedChunkRows>
+            <<<grid, 256, 0, stream>>>(a, op, partial);
+      } else {
+        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 512, kFusedChunkRows>
+            <<<grid, 512, 0, stream>>>(a, op, partial);
+      }
     } else {
-      CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 512, kFusedChunkRows>
-          <<<grid, 512, 0, stream>>>(a, op, partial);
+      return cudaErrorNotSupported;
     }
     return cudaGetLastError();
   }

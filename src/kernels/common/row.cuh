@@ -524,19 +524,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The CTA tier with fused parameter gradients: CTA c runs rows [c·kRows, (c+1)·kRows) in order
-// and accumulates Op::kColumnSums column sums in registers (the op body's AddColumns), then
-// writes them as chunk c's partials: partial[(j·chunks + c)·n + col]. Rows start 16-byte
-// aligned and n is a multiple of kVec (checked on the host), so a thread owns the same columns
-// in every row. The chunk size does not depend on the number of rows: results do not either.
-template <class Op, typename T, int kVec, int kVecs, int kThreads, int kRows>
-__global__ void __launch_bounds__(kThreads)
-    CtaRowSumsKernel(const RowArgs<T, Op::kIn> args, const Op op, AccType<T>* partial) {
-  using Acc = AccType<T>;
-  constexpr int kK = Op::kColumnSums;
-  __shared__ BlockReduceStorage<kThreads> storage;
-  CtaTeam<kThreads> team{storage};
-  ColumnSums<Acc, kK, kVecs, kVec> sums;
+// Fused parameter gradients: the CTA and group tiers with column sums. A "chunk" is the
+// fixed set of rows one team (a CTA, or a group of lanes) runs in order, accumulating
+// Op::kColumnSums column sums in registers (the op body's AddColumns); it then writes them as
+// its chunk's partials, partial[(j·chunks + chunk)·n + col]. Rows start 16-byte aligned and n
+// is a multiple of kVec (checked on the host), so a thread owns the same columns in every row,
+// and the chunks do not depend on the number of rows: neither do the results.
+template <typename Acc, int kK, int kVecs, int kVec>
+ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
 #pragma unroll
   for (int j = 0; j < kK; ++j) {
 #pragma unroll
@@ -545,6 +540,37 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < kVec; ++e) sums.v[j][k][e] = Acc(0);
     }
   }
+}
+
+// Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials.
+template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
+ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank,
+                              int64_t chunk, int64_t chunks, int64_t n, Acc* partial) {
+  const int64_t vecs = n / kVec;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t v = rank + k * kThreads;
+    if (v < vecs) {
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          partial[(j * chunks + chunk) * n + v * kVec + e] = sums.v[j][k][e];
+        }
+      }
+    }
+  }
+}
+
+// CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows).
+template <class Op, typename T, int kVec, int kVecs, int kThreads, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    CtaRowSumsKernel(const RowArgs<T, Op::kIn> args, const Op op, AccType<T>* partial) {
+  using Acc = AccType<T>;
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  ZeroSums(sums);
   const int64_t chunks = (args.rows + kRows - 1) / kRows;
   const int64_t c = blockIdx.x;
   const int64_t end = min(args.rows, (c + 1) * kRows);
@@ -552,20 +578,34 @@ __global__ void __launch_bounds__(kThreads)
     CachedRow<T, Op::kIn, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
     op(r, &sums);
   }
-  const int64_t vecs = args.n / kVec;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    const int64_t v = threadIdx.x + k * kThreads;
-    if (v < vecs) {
-#pragma unroll
-      for (int j = 0; j < kK; ++j) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          partial[(j * chunks + c) * args.n + v * kVec + e] = sums.v[j][k][e];
-        }
-      }
-    }
+  WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
+                                                         partial);
+}
+
+// Group tier: CTA b holds G = kCtaThreads / kWidth groups; group g runs rows
+// b·kRows·G + g + k·G (k < kRows; neighbouring groups read neighbouring rows) as chunk
+// b·G + g, so chunks = ceil(rows / (kRows·G))·G. Every group runs kRows iterations (rows past
+// the end as invalid rows) so that the warp's shuffles stay uniform.
+template <class Op, typename T, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+__global__ void __launch_bounds__(kCtaThreads)
+    GroupRowSumsKernel(const RowArgs<T, Op::kIn> args, const Op op, AccType<T>* partial) {
+  using Acc = AccType<T>;
+  constexpr int kGroups = kCtaThreads / kWidth;
+  GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
+  const int group = threadIdx.x / kWidth;
+  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  ZeroSums(sums);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kRows * kGroups + group;
+  for (int k = 0; k < kRows; ++k) {
+    const int64_t row = base + static_cast<int64_t>(k) * kGroups;
+    CachedRow<T, Op::kIn, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    op(r, &sums);
   }
+  const int64_t chunks = (args.rows + int64_t{kRows} * kGroups - 1) / (int64_t{kRows} * kGroups) *
+                         kGroups;
+  WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kWidth>(
+      sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n,
+      partial);
 }
 
 template <class Op, typename T, int kVec, int kVecs, int kThreads, int kCluster>
