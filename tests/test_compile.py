@@ -1,4 +1,4 @@
-"""l2_normalize under torch.compile (fullgraph, dynamic shapes) and CUDA graphs.
+"""Every op under torch.compile (fullgraph, dynamic shapes) and CUDA graphs.
 
 * ``torch.compile(fullgraph=True, dynamic=True)`` traces the op through its fake: one graph,
   no graph breaks, serving several shapes without recompiling; the results equal eager
@@ -6,6 +6,9 @@
 * CUDA graphs: ``mode="reduce-overhead"`` of ``nn.Linear -> rownorm.nn.L2Norm`` (inductor's
   cudagraph trees) and a manual ``torch.cuda.graph`` capture on a side stream, replayed on new
   data. Both need the kernels to launch on the current (capturing) stream with no host sync.
+* The same for the op table's ops (l1 / mean-abs, rms_norm, layer_norm, softmax, log_softmax,
+  add_rms_norm), forward and backward with every parameter gradient, and their modules in
+  one block compared with the torch modules they replace.
 
 Inductor compiles take seconds each on CI's CPUs, so the CPU runs a few compiled functions,
 each called on several shapes.
@@ -13,10 +16,13 @@ each called on several shapes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import rownorm
 import torch
 import torch.nn.functional as F
+from op_table import OP_FAMILIES, OPS, check_grads
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from utils import (
@@ -221,3 +227,232 @@ def test_cuda_graph_capture_cold(n):
     graph.replay()
     torch.cuda.synchronize()
     assert_matches(y, reference_forward(x, -1, 1e-12))
+
+
+# ---------------------------------------------------------------------------------------------
+# The op set of the op table under torch.compile(fullgraph=True, dynamic=True), forward and
+# backward (x, residual, weight and bias gradients), and its modules. One compiled function per
+# op, called on three shapes (the row length changes too: parameters are dynamic as well).
+
+OP_DYNAMIC_CASES = [(op_id, "last") for op_id in OP_FAMILIES] + [
+    ("rms_norm_weight", "middle"),
+    ("layer_norm_affine", "middle"),
+    ("softmax", "middle"),
+]
+OP_SHAPES = {
+    "last": ([(4, 33), (7, 1000), (3, 4097)], -1),
+    "middle": ([(2, 5, 3), (3, 33, 4), (5, 7, 9)], 1),
+}
+
+
+@pytest.mark.parametrize(("op_id", "where"), OP_DYNAMIC_CASES, ids=str)
+def test_compile_op_forward_backward(device, op_id, where):
+    op = OPS[op_id]
+    shapes, dim = OP_SHAPES[where]
+    names = None
+
+    def fn(*tensors):
+        inp = dict(zip(names, tensors, strict=True))
+        inp["x"] = inp["x"] * 2.0 + 0.25  # something for inductor to fuse around the op
+        return tuple(o * 3.0 for o in op.call(inp, dim))
+
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
+    frames = []
+    for shape in shapes:
+        inp = op.inputs(randn(shape, torch.float32, device), dim)
+        names = op.grad_inputs(inp)
+        results = []
+        for f in (compiled, fn):
+            leaves = [inp[k].detach().requires_grad_(True) for k in names]
+            outs = f(*leaves)
+            dys = [torch.ones_like(o) * (i + 1) for i, o in enumerate(outs)]
+            grads = torch.autograd.grad(outs, leaves, dys)
+            results.append((outs, grads))
+        (c_outs, c_grads), (e_outs, e_grads) = results
+        for c, e in zip(c_outs + c_grads, e_outs + e_grads, strict=True):
+            assert c.shape == e.shape and c.dtype == e.dtype
+            assert_matches(c, e, what=f"{op_id} {shape}")
+        frames.append(counter.frame_count)
+    assert frames[0] >= 1 and frames == frames[:1] * len(frames), "recompiled for a new shape"
+    assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+class _Block(torch.nn.Module):
+    """A pre-norm block using every rownorm module (or the torch ones it replaces)."""
+
+    def __init__(self, torch_modules: bool) -> None:
+        super().__init__()
+        d = 48
+        self.proj = torch.nn.Linear(16, d)
+        if torch_modules:
+            self.rms = torch.nn.RMSNorm(d)
+            self.ln = torch.nn.LayerNorm(d)
+            self.add_norm = torch.nn.RMSNorm(d, eps=1e-6)
+            self.softmax = torch.nn.Softmax(-1)
+            self.log_softmax = torch.nn.LogSoftmax(-1)
+        else:
+            self.rms = rownorm.nn.RMSNorm(d)
+            self.ln = rownorm.nn.LayerNorm(d)
+            self.add_norm = rownorm.nn.AddRMSNorm(d, eps=1e-6)
+            self.softmax = rownorm.nn.Softmax(-1)
+            self.log_softmax = rownorm.nn.LogSoftmax(-1)
+        self.l1 = rownorm.nn.L1Norm(-1, 0.0, mean=True)
+        self.torch_modules = torch_modules
+        self.mlp = torch.nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        if self.torch_modules:
+            r = self.mlp(self.rms(h)) + h
+            normed = self.add_norm(r)
+            y = self.ln(normed)
+            mean_abs = y / torch.mean(torch.abs(y), -1, keepdim=True)  # seed 003
+        else:
+            normed, r = self.add_norm(self.mlp(self.rms(h)), h)
+            mean_abs = self.l1(self.ln(normed))
+        return self.softmax(mean_abs) + self.log_softmax(r)
+
+
+def test_compile_modules(device):
+    torch.manual_seed(0)
+    model = _Block(torch_modules=False).to(device)
+    reference = _Block(torch_modules=True).to(device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.5, 1.5)
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for batch in (3, 8, 5):
+        x = randn((batch, 16), torch.float32, device)
+        out = compiled(x)
+        expected = reference(x)
+        _assert_close(out, expected)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        for (name, got), want in zip(model.named_parameters(), reference.parameters(), strict=True):
+            atol = 1e-5 * want.grad.abs().max().item()
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=atol, msg=name)
+        model.zero_grad()
+        reference.zero_grad()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The op set under CUDA graphs
+
+
+def _linear_then(module: torch.nn.Module, features: int):
+    """nn.Linear -> a rownorm module (AddRMSNorm: the Linear's output plus a residual)."""
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(64, features)
+            self.norm = module
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.linear(x)
+            if isinstance(self.norm, rownorm.nn.AddRMSNorm):
+                out, r = self.norm(h, h * 0.5)
+                return out + r
+            return self.norm(h)
+
+    return Net()
+
+
+CUDA_GRAPH_MODULES = {
+    "rms_norm": lambda n: rownorm.nn.RMSNorm(n),
+    "layer_norm": lambda n: rownorm.nn.LayerNorm(n),
+    "mean_abs": lambda n: rownorm.nn.L1Norm(-1, 1e-12, mean=True),
+    "softmax": lambda n: rownorm.nn.Softmax(-1),
+    "log_softmax": lambda n: rownorm.nn.LogSoftmax(-1),
+    "add_rms_norm": lambda n: rownorm.nn.AddRMSNorm(n),
+}
+
+
+@cuda_only
+@pytest.mark.parametrize("module", CUDA_GRAPH_MODULES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("features", [257, 4096])
+def test_cuda_graphs_reduce_overhead_ops(module, dtype, features):
+    torch.manual_seed(0)
+    model = _linear_then(CUDA_GRAPH_MODULES[module](features), features)
+    model = model.to(device="cuda", dtype=dtype)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for step in range(4):
+            torch.compiler.cudagraph_mark_step_begin()
+            x = randn((32, 64), dtype, "cuda")
+            out = compiled(x).clone()
+            assert_matches(out, model(x), what=f"step {step}")
+    assert counters["inductor"]["cudagraph_skips"] == 0, "the graph was not captured"
+    assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+@cuda_only
+@pytest.mark.parametrize("module", CUDA_GRAPH_MODULES)
+def test_cuda_graphs_reduce_overhead_training_ops(module):
+    torch.manual_seed(0)
+    model = _linear_then(CUDA_GRAPH_MODULES[module](1000), 1000).cuda()
+    eager = _linear_then(CUDA_GRAPH_MODULES[module](1000), 1000).cuda()
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
+        x = randn((16, 64), torch.float32, "cuda")
+        dy = randn((16, 1000), torch.float32, "cuda")
+        out = compiled(x)
+        out.backward(dy)
+        expected = eager(x)
+        expected.backward(dy)
+        _assert_close(out.detach().clone(), expected.detach())
+        for got, want in zip(model.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+            got.grad = None
+            want.grad = None
+    assert counters["inductor"]["cudagraph_skips"] == 0, "the graph was not captured"
+
+
+@cuda_only
+@pytest.mark.parametrize("op_id", OP_FAMILIES)
+@pytest.mark.parametrize("n", [33, 4096, 65535, 131072])
+def test_cuda_graph_capture_and_replay_ops(op_id, n):
+    """Capture every op's forward and backward (parameter gradients included) on a side
+    stream, and the strided-dim path; replay on new data."""
+    op = OPS[op_id]
+    dtype = torch.bfloat16
+    inp = op.inputs(randn((5, n), dtype, "cuda"), -1)
+    inp3, dim3 = (
+        (None, None) if op.last_dim_only else (op.inputs(randn((2, 7, 5), dtype, "cuda"), 1), 1)
+    )
+    case = dataclasses.replace(op, eps=op.resolved_eps(inp["x"]))
+    outs0 = case.raw(inp, -1)
+    dys = tuple(randn(o.shape, dtype, "cuda") for o in outs0)
+    want = frozenset(op.params)
+
+    def run():
+        outs = case.raw(inp, -1)
+        grads = case.raw_backward(dys, inp, -1, outs, want)
+        outs3 = case.raw(inp3, dim3) if inp3 is not None else ()
+        return outs, grads, outs3
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        outs, grads, outs3 = run()
+    for step in range(3):
+        for t in list(inp.values()) + list(dys) + (list(inp3.values()) if inp3 else []):
+            t.copy_(randn(t.shape, dtype, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for o, ref in zip(outs, case.reference(inp, -1), strict=True):
+            assert_matches(o, ref, dim=-1, what=f"replay {step}")
+        check_grads(case, inp, -1, dys, grads, what=f"replay {step}")
+        if inp3 is not None:
+            for o, ref in zip(outs3, case.reference(inp3, dim3), strict=True):
+                assert_matches(o, ref, dim=dim3, what=f"replay {step} strided dim")

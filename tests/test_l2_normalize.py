@@ -30,7 +30,10 @@ import torch.nn.functional as F
 from utils import (
     DIM_CASES,
     DTYPES,
+    GPU_TIER_LENGTHS,
+    GRAD_LAYOUTS,
     LAYOUTS,
+    ROW_LENGTHS,
     TOL,
     assert_grad_matches,
     assert_matches,
@@ -39,37 +42,23 @@ from utils import (
     clamped_rows,
     cuda_only,
     dtype_id,
+    gpu_rows,
     l2,
     l2_backward,
     poison_allocator,
     randn,
     reference_forward,
     row_count,
+    scaled_rows,
     with_zero_rows,
 )
 
-ROW_LENGTHS = (1, 7, 31, 32, 33, 255, 1000, 1024, 1025, 4097, 65535, 65537)
-GPU_TIER_LENGTHS = (
-    64, 128, 136, 256, 512, 513, 520, 1024, 1032, 2048, 2056, 4096, 8192, 8193, 8200,
-    16384, 16385, 16392, 32768, 32776, 65536, 65544, 131072, 131073, 131080,
-    262144, 262145, 262152, 1048576,
-)  # fmt: skip
 # The dims tests add the edge of the column path's register cache (columns of <= 64).
 DIM_LENGTHS = (1, 7, 31, 32, 33, 64, 65, 255, 1000, 1025, 4097, 65537)
 BACKWARD_LENGTHS = (1, 7, 32, 33, 255, 1025, 4097, 65537)
 SUBSET_LENGTHS = (1, 7, 33, 1025, 65537)
 
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-
-
-def gpu_rows(n: int) -> int:
-    return max(3, min(67, 2**21 // n))
-
-
-def scaled_rows(rows: int, n: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Random rows with norms spread over 1e-2 .. 1e2 (catches low-precision accumulation)."""
-    scales = torch.logspace(-2, 2, rows, dtype=torch.float64).unsqueeze(1)
-    return (randn((rows, n), torch.float64, "cpu") * scales).to(device=device, dtype=dtype)
 
 
 def check_forward(x: torch.Tensor, dim: int, eps: float = 1e-12, what: str = "") -> torch.Tensor:
@@ -270,17 +259,6 @@ def test_backward_layouts(device, dtype, layout, n):
 def test_backward_dims(device, dtype, case, n):
     x, dim = DIM_CASES[case](n, dtype, device)
     check_backward_autograd(x, dim, what=f"{case} N={n}")
-
-
-# Gradient layouts, built like the input layouts: (rows, N) -> grad of that shape.
-GRAD_LAYOUTS = {
-    "contiguous": lambda r, n, dt, dev: randn((r, n), dt, dev),
-    "expanded_rows": lambda r, n, dt, dev: randn((1, n), dt, dev).expand(r, n),
-    "expanded_along_dim": lambda r, n, dt, dev: randn((r, 1), dt, dev).expand(r, n),
-    "transposed": lambda r, n, dt, dev: randn((n, r), dt, dev).t(),
-    "row_strided": lambda r, n, dt, dev: randn((r, n + 8), dt, dev)[:, :n],
-    "odd_offset": lambda r, n, dt, dev: randn((r, n + 1), dt, dev)[:, 1:],
-}
 
 
 @dtypes

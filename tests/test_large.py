@@ -8,15 +8,24 @@
   independent, so a sample of rows (the first, random ones and the last, where 32-bit
   offsets would wrap) is compared with the reference; the whole output is checked for NaN.
 
+* The op set: seed 003 (``x / torch.mean(torch.abs(x), dim=1, keepdim=True)``, 32768 × 65535
+  fp32) and seed 001 (``x / sqrt(mean(x², dim=1) + 1e-5)`` over the channels of a
+  112 × 64 × 512 × 512 fp32 tensor) in chunks; rms_norm (with its weight gradient, checked
+  against a chunked float64 sum) and softmax on > 2^31 elements, rows and strided dim.
+
 Each test skips when the GPU has too little free memory, and frees what it used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import math
 
 import pytest
+import rownorm
 import torch
+from op_table import OPS, ROW_INPUTS, check_grads
 from utils import (
     HAS_CUDA,
     assert_grad_matches,
@@ -78,10 +87,10 @@ HUGE = {
 }
 
 
-def _sample(count: int, gen: torch.Generator) -> torch.Tensor:
+def _sample(count: int, gen: torch.Generator, device="cuda") -> torch.Tensor:
     picks = torch.randint(0, count, (10,), generator=gen)
     edges = torch.tensor([0, 1, 2, count - 3, count - 2, count - 1])
-    return torch.unique(torch.cat([edges, picks])).cuda()
+    return torch.unique(torch.cat([edges, picks])).to(device)
 
 
 @pytest.mark.parametrize("case", HUGE)
@@ -112,3 +121,106 @@ def test_more_than_2_31_elements(case):
     assert not torch.isnan(dx).any()
     dys, dxs = dy.index_select(other, idx), dx.index_select(other, idx)
     assert_grad_matches(dxs, dys, xs, dim, 1e-12, what="backward sample")
+
+
+# ---------------------------------------------------------------------------------------------
+# The op set at full size: the seed workloads 003 (mean-abs normalize) and 001 (channel
+# RMSNorm), and tensors of > 2^31 elements for rms_norm (with its weight gradient) and softmax.
+
+
+def test_seed_003_mean_abs_full_size():
+    """Seed 003: ``x / torch.mean(torch.abs(x), dim=1, keepdim=True)`` on 32768 × 65535 fp32."""
+    rows, n, chunk = 32768, 65535, 1024
+    _need(2 * rows * n * 4 + 6 * chunk * n * 8)
+    x = torch.randn((rows, n), device="cuda")
+    poison_allocator(x.shape, x.dtype, "cuda")
+    out = rownorm.l1_normalize(x, dim=1, eps=0.0, mean=True)
+    torch.cuda.synchronize()
+    assert out.is_contiguous() and out.shape == x.shape
+    for start in range(0, rows, chunk):
+        xc, oc = x[start : start + chunk], out[start : start + chunk]
+        assert_matches(oc, rownorm.reference.l1_normalize(xc, 1, 0.0, True), what=f"rows {start}..")
+        seed = xc / torch.mean(torch.abs(xc), dim=1, keepdim=True)
+        torch.testing.assert_close(oc, seed, rtol=1e-5, atol=1e-5 * seed.abs().max().item())
+
+
+def test_seed_001_channel_rms_norm_full_size():
+    """Seed 001: ``x / sqrt(mean(x², dim=1) + 1e-5)`` over the 64 channels of a
+    112 × 64 × 512 × 512 fp32 tensor (the strided-dim path), checked two images at a time."""
+    shape, eps, chunk = (112, 64, 512, 512), 1e-5, 2
+    numel = math.prod(shape)
+    _need(2 * numel * 4 + 8 * chunk * numel // shape[0] * 8)
+    x = torch.randn(shape, device="cuda")
+    poison_allocator(x.shape, x.dtype, "cuda")
+    out = rownorm.rms_norm(x, dim=1, eps=eps)
+    torch.cuda.synchronize()
+    assert out.is_contiguous() and out.shape == x.shape
+    for start in range(0, shape[0], chunk):
+        xc, oc = x[start : start + chunk], out[start : start + chunk]
+        assert_matches(oc, rownorm.reference.rms_norm(xc, None, 1, eps), what=f"images {start}..")
+        seed = xc / torch.sqrt(torch.mean(xc**2, dim=1, keepdim=True) + eps)
+        torch.testing.assert_close(oc, seed, rtol=1e-5, atol=1e-5 * seed.abs().max().item())
+
+
+# (op case, shape, dim, dtype, parameter dtype): > 2^31 elements each.
+HUGE_OPS = {
+    "rms_norm_rows": ("rms_norm_weight", (2**16 + 1, 2**15 + 3), -1, torch.float16, torch.float32),
+    "rms_norm_strided_dim": ("rms_norm_weight", (16, 2**27 + 1), 0, torch.bfloat16, None),
+    "softmax_rows": ("softmax", (2**16 + 1, 2**15 + 3), -1, torch.bfloat16, None),
+    "softmax_strided_dim": ("softmax", (16, 2**27 + 1), 0, torch.float16, None),
+}
+
+
+def _chunked_weight_grad(x, dy, dim: int, eps: float, other: int):
+    """Σ_rows dy⊙ŷ and Σ_rows |dy⊙ŷ| of rms_norm in float64, ~2^22 elements at a time."""
+    chunk = max(1, 2**22 // x.shape[dim])
+    total = magnitude = 0
+    for start in range(0, x.shape[other], chunk):
+        xc = x.narrow(other, start, min(chunk, x.shape[other] - start)).double()
+        dyc = dy.narrow(other, start, xc.shape[other]).double()
+        terms = dyc * xc * torch.rsqrt((xc * xc).mean(dim, keepdim=True) + eps)
+        total = total + terms.sum(other)
+        magnitude = magnitude + terms.abs().sum(other)
+    return total, magnitude
+
+
+def check_op_at_size(op_id, shape, dim, dtype, param_dtype, device) -> None:
+    """Forward and backward of one op on a big 2-D tensor: the whole output is written (no
+    NaN after poisoning), sampled rows (first, last, random) match the reference, and a
+    parameter gradient matches a chunked float64 sum over every row."""
+    op = OPS[op_id]
+    gen = torch.Generator().manual_seed(1)
+    inp = op.inputs(torch.randn(shape, device=device, dtype=dtype), dim, param_dtype=param_dtype)
+    op = dataclasses.replace(op, eps=op.resolved_eps(inp["x"]))
+    other = 1 - dim % 2  # the dim that indexes the rows
+    idx = _sample(shape[other], gen, device)
+
+    def sample(t):
+        return t.index_select(other, idx)
+
+    sub = {k: (sample(v) if k in ROW_INPUTS else v) for k, v in inp.items()}
+    poison_allocator(shape, dtype, device)
+    outs = op.raw(inp, dim)
+    assert not torch.isnan(outs[0]).any(), "unwritten (NaN-poisoned) or NaN output elements"
+    for o, ref in zip(outs, op.reference(sub, dim), strict=True):
+        assert_matches(sample(o), ref, dim=dim, what="forward sample")
+
+    dys = tuple(torch.randn(shape, device=device, dtype=dtype) for _ in outs)
+    got = op.raw_backward(dys, inp, dim, outs, frozenset(op.params))
+    assert not torch.isnan(got["x"]).any()
+    sub_dys = tuple(sample(d) for d in dys)
+    check_grads(op, sub, dim, sub_dys, {"x": sample(got["x"])}, what="backward sample")
+    if "weight" in got:
+        expected, magnitude = _chunked_weight_grad(inp["x"], dys[0], dim, op.eps, other)
+        dw = got["weight"]
+        assert_matches(dw, expected.to(dw.dtype), magnitude=magnitude, what="dweight")
+
+
+@pytest.mark.parametrize("case", HUGE_OPS)
+def test_ops_more_than_2_31_elements(case):
+    op_id, shape, dim, dtype, param_dtype = HUGE_OPS[case]
+    numel = math.prod(shape)
+    assert numel > 2**31
+    nbytes = numel * torch.tensor([], dtype=dtype).element_size()
+    _need(5 * nbytes + 2**31)
+    check_op_at_size(op_id, shape, dim, dtype, param_dtype, "cuda")

@@ -44,7 +44,9 @@ class Tol:
         largest |reference| value of the tensor, so long rows (values ~ 1/sqrt(N)) are held to
         the same standard as short ones.
     relerr: bound on ‖out − ref‖₂ / ‖ref‖₂ over the whole tensor.
-    unit: bound on |‖row‖₂ − 1| for the rows of an L2-normalized output.
+    unit: bound on the error of a row statistic of a normalized output whose exact value is
+        known (‖row‖₂ = 1 after L2 normalization, Σ softmax = 1, the variance of a
+        layer-normalized row, ...): what the output's rounding leaves of it.
     """
 
     rtol: float
@@ -81,6 +83,7 @@ def assert_matches(
     magnitude: torch.Tensor | None = None,
     dim: int | None = None,
     what: str = "",
+    tol: Tol | None = None,
 ) -> None:
     """``out`` equals ``ref`` within the dtype's tolerances (elementwise and relative error).
 
@@ -89,10 +92,11 @@ def assert_matches(
     tensor): atol is a fraction of the row's largest |magnitude| and the relative error is
     ‖out − ref‖ / ‖magnitude‖ with both rescaled per row. A gradient passes the size of the
     terms it is computed from (dy / ‖x‖) as magnitude, since its true value may cancel to ~0.
+    ``tol`` overrides the table's entry for out's dtype.
     """
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     assert out.dtype == ref.dtype, f"{what}: dtype {out.dtype} != {ref.dtype}"
-    tol = TOL[out.dtype]
+    tol = TOL[out.dtype] if tol is None else tol
     o = out.detach().double()
     r = ref.detach().to(out.device).double()
     nan_o, nan_r = torch.isnan(o), torch.isnan(r)
@@ -170,10 +174,43 @@ def poison_allocator(shape, dtype: torch.dtype, device) -> int:
     caching allocator gives the next request of that size the same block (the tests check the
     address). On the CPU this is best effort. Returns the poisoned block's address.
     """
-    poison = torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
-    ptr = poison.data_ptr()
-    del poison
+    (ptr,) = poison_blocks([(shape, dtype)], device)
     return ptr
+
+
+def poison_blocks(blocks, device) -> set[int]:
+    """:func:`poison_allocator` for several outputs at once: one NaN-filled block per
+    ``(shape, dtype)`` of ``blocks``, all freed together. Returns their addresses (an op with
+    several outputs of one size may take the blocks in any order).
+    """
+    held = [torch.full(tuple(shape), float("nan"), dtype=dt, device=device) for shape, dt in blocks]
+    ptrs = {t.data_ptr() for t in held}
+    del held
+    return ptrs
+
+
+# DESIGN §4's odd and boundary row lengths, run on every device.
+ROW_LENGTHS = (1, 7, 31, 32, 33, 255, 1000, 1024, 1025, 4097, 65535, 65537)
+# CUDA only: the edges of the kernel tiers of src/kernels/common/dispatch.cuh (group ≤ 512 fp32
+# / 1024 16-bit elements, CTA ≤ 8192 / 16384, cluster of 2-16 CTAs ≤ 131072 / 262144,
+# streaming beyond), each at the edge, one past it with N a multiple of 8 (still vectorized)
+# and one past it odd (scalar), plus 2^20 (too slow for CI's CPUs).
+GPU_TIER_LENGTHS = (
+    64, 128, 136, 256, 512, 513, 520, 1024, 1032, 2048, 2056, 4096, 8192, 8193, 8200,
+    16384, 16385, 16392, 32768, 32776, 65536, 65544, 131072, 131073, 131080,
+    262144, 262145, 262152, 1048576,
+)  # fmt: skip
+
+
+def gpu_rows(n: int) -> int:
+    """Rows for a row length on the GPU: enough for several CTAs, bounded memory."""
+    return max(3, min(67, 2**21 // n))
+
+
+def scaled_rows(rows: int, n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Random rows with norms spread over 1e-2 .. 1e2 (catches low-precision accumulation)."""
+    scales = torch.logspace(-2, 2, rows, dtype=torch.float64).unsqueeze(1)
+    return (randn((rows, n), torch.float64, "cpu") * scales).to(device=device, dtype=dtype)
 
 
 def row_count(n: int) -> int:
@@ -287,6 +324,38 @@ DIM_CASES: dict[str, Callable[[int, torch.dtype, object], tuple[torch.Tensor, in
     "middle_transposed": lambda n, dt, dev: (randn((3, 5, n), dt, dev).transpose(1, 2), 1),
     "trailing_one": lambda n, dt, dev: (randn((3, n, 1), dt, dev), 1),
 }
+
+
+# Gradient layouts, built like the input layouts: (rows, N, dtype, device) -> a gradient of
+# shape (rows, N) for a problem reduced over its last dim.
+GRAD_LAYOUTS = {
+    "contiguous": lambda r, n, dt, dev: randn((r, n), dt, dev),
+    "expanded_rows": lambda r, n, dt, dev: randn((1, n), dt, dev).expand(r, n),
+    "expanded_along_dim": lambda r, n, dt, dev: randn((r, 1), dt, dev).expand(r, n),
+    "transposed": lambda r, n, dt, dev: randn((n, r), dt, dev).t(),
+    "row_strided": lambda r, n, dt, dev: randn((r, n + 8), dt, dev)[:, :n],
+    "odd_offset": lambda r, n, dt, dev: randn((r, n + 1), dt, dev)[:, 1:],
+}
+
+
+def rows_of(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t`` as a (rows, N) matrix: dim moved last, the other dims flattened (a copy)."""
+    return t.movedim(dim, -1).reshape(-1, t.shape[dim])
+
+
+def assert_row_stat(stat: torch.Tensor, expected, bound, *, what: str = "") -> None:
+    """A per-row statistic of an output is its known exact value within ``bound``."""
+    stat = stat.double()
+    expected = torch.as_tensor(expected, dtype=torch.float64, device=stat.device)
+    if stat.numel() == 0:
+        return
+    err = (stat - expected).abs()
+    bound = torch.as_tensor(bound, dtype=torch.float64, device=stat.device).expand(err.shape)
+    bad = ~(err <= bound)
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} of {err.numel()} rows off, worst by "
+        f"{(err - bound).max().item():.3e} beyond the bound"
+    )
 
 
 def clamped_rows(rows: int, n: int, dtype: torch.dtype, device, eps: float) -> torch.Tensor:

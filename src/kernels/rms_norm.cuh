@@ -47,6 +47,8 @@ struct RmsNormBwdOp {
   using Elem = T;
   static constexpr int kIn = kInputs;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
+  // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
+  static constexpr bool kWideCluster = kInputs < 3;
   Acc eps;
   const W* weight;  // (n,) or nullptr
   Acc* stats;       // (rows, 2): (0, r) per row, or nullptr

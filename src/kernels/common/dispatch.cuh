@@ -73,13 +73,15 @@ struct RowPlan {
   int width = 0;    // kGroup: threads per row
   int threads = 0;  // kCta / kCluster: threads per CTA
   int cluster = 0;  // kCluster: CTAs per row
-  int packs = 0;    // kGroup: packs per lane (kGroupVecs or kWideGroupVecs)
+  int packs = 0;    // kGroup / kCta: packs per thread
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
 constexpr int kGroupVecs = 4;    // group tier: 4 packs in flight per lane
 constexpr int kWideGroupVecs = 8;  // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
 constexpr int kCtaVecs = 4;      // CTA tier
+constexpr int kWideCtaThreads = 512;  // and one CTA of 512 x 8 packs (16384 fp32 / 32768 16-bit)
+constexpr int kWideCtaVecs = 8;
 constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
 constexpr int kClusterThreads = 256;
 constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
@@ -92,14 +94,18 @@ constexpr int kStreamingThreads = 512;
 //                                    CTAs, several rows in flight per SM per warp.
 //   n <= 32 lanes x 8 packs          (1024 / 2048): a warp per row, 8 packs per lane: no
 //                                    block barrier (a LayerNorm reduces twice per row).
-//   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads.
+//   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads;
+//   n <= 512 threads x 8 packs       (16384 / 32768): one CTA of 512 threads x 8 packs (the
+//                                    2-CTA cluster measured 95% of copy here, torch.compile's
+//                                    one-CTA kernel 99%); ops that need more than 128
+//                                    registers there (kWideCluster = false) use clusters.
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable and
 //                                    checked with cudaOccupancyMaxActiveClusters);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // These first boundaries follow the register budget; the benchmark sweep refines them.
-inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cluster = true) {
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide = true) {
   if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
     while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
@@ -109,7 +115,12 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cluster 
     return {RowTier::kGroup, kWarpSize, 128, 0, kWideGroupVecs};
   }
   for (int threads : {128, 256, 512}) {
-    if (n <= int64_t{threads} * kCtaVecs * vec) return {RowTier::kCta, 0, threads, 0};
+    if (n <= int64_t{threads} * kCtaVecs * vec) {
+      return {RowTier::kCta, 0, threads, 0, kCtaVecs};
+    }
+  }
+  if (wide && n <= int64_t{kWideCtaThreads} * kWideCtaVecs * vec) {
+    return {RowTier::kCta, 0, kWideCtaThreads, 0, kWideCtaVecs};
   }
   if (clusters) {
     for (int cluster : {2, 4, 8, 16}) {
@@ -117,7 +128,7 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cluster 
         return {RowTier::kCluster, 0, kClusterThreads, cluster};
       }
     }
-    if (wide_cluster && n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
+    if (wide && n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
       return {RowTier::kCluster, 0, kWideClusterThreads, 16};
     }
   }
@@ -128,9 +139,10 @@ inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
-// Whether Op runs on the 512-thread cluster configuration (128 registers per thread): ops
-// whose body needs more than that with 8 packs of every input cached opt out with
-// `static constexpr bool kWideCluster = false;` and stream those rows instead of spilling.
+// Whether Op runs on the 512-thread x 8-pack configurations (the wide CTA and the wide
+// cluster; 128 registers per thread): ops whose body needs more than that with 8 packs of
+// every input cached opt out with `static constexpr bool kWideCluster = false;` and run those
+// rows on 256-thread clusters or streaming instead of spilling.
 template <class Op, class = void>
 struct WideClusterOk : std::true_type {};
 template <class Op>
@@ -200,10 +212,10 @@ cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStrea
   }
 }
 
-template <class Op, typename T, int kThreads>
+template <class Op, typename T, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
-  CtaRowKernel<Op, T, kVec, kCtaVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+  CtaRowKernel<Op, T, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
@@ -238,7 +250,13 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
         switch (plan.threads) {
           case 128: return LaunchCtaRow<Op, T, 128>(a, op, stream);
           case 256: return LaunchCtaRow<Op, T, 256>(a, op, stream);
-          default: return LaunchCtaRow<Op, T, 512>(a, op, stream);
+          default:
+            if constexpr (WideClusterOk<Op>::value) {
+              if (plan.packs == kWideCtaVecs) {
+                return LaunchCtaRow<Op, T, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
+              }
+            }
+            return LaunchCtaRow<Op, T, 512>(a, op, stream);
         }
       case RowTier::kCluster: {
         constexpr int kT = kClusterThreads;
@@ -296,7 +314,7 @@ RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
   // (N=4096: 80 against 57; 8192: 78 / 57) and on groups of 16+ lanes (N=1024: 77 / 58; with 8
   // lanes, N=256: 55 / 58); two sums (LayerNorm) on groups of 16+ lanes only (N=1024: 64 / 57;
   // on the CTA tier, N=4096: 52 / 58, N=8192: 42 / 57).
-  if (plan.tier == RowTier::kCta && Op::kColumnSums == 1) return plan;
+  if (plan.tier == RowTier::kCta && plan.packs == kCtaVecs && Op::kColumnSums == 1) return plan;
   if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) return plan;
   return none;
 }
