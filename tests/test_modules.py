@@ -128,7 +128,9 @@ def test_module_float32_params_16bit_input(device, dtype):
         x = randn((6, N), dtype, device)
         y = ours(x)
         assert y.dtype == dtype
-        assert_matches(y, theirs(x), dim=-1)
+        # torch's CUDA layer_norm rejects float32 parameters with 16-bit x: compare with its
+        # float32 result, rounded.
+        assert_matches(y, theirs(x.float()).to(dtype), dim=-1)
         y.float().square().sum().backward()
         assert all(p.grad.dtype == torch.float32 for p in ours.parameters())
 

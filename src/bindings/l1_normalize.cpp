@@ -1,6 +1,6 @@
 // Bindings of l1_normalize and l1_normalize_backward.
-#include "bindings/rowwise.h"
 #include "kernels/l1_normalize.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {

@@ -1,6 +1,6 @@
 // Bindings of layer_norm and layer_norm_backward.
-#include "bindings/rowwise.h"
 #include "kernels/layer_norm.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {
@@ -34,8 +34,7 @@ Tensor LayerNorm(Tensor x, std::optional<Tensor> weight, std::optional<Tensor> b
 
 std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
                                                      std::optional<Tensor> weight, int64_t dim,
-                                                     double eps, bool weight_grad,
-                                                     bool bias_grad) {
+                                                     double eps, bool weight_grad, bool bias_grad) {
   constexpr const char* kOp = "layer_norm_backward";
   dim = CheckRowwiseInput(kOp, x, dim);
   CheckEps(kOp, eps);
@@ -56,8 +55,7 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
       if constexpr (!std::is_same_v<T, double>) {
         DispatchParam<T>(pt, [&](auto wtag) {
           using W = decltype(wtag);
-          const LayerNormBwdOp<T, float, W> bwd{static_cast<float>(eps), ParamPtr<W>(w),
-                                                nullptr};
+          const LayerNormBwdOp<T, float, W> bwd{static_cast<float>(eps), ParamPtr<W>(w), nullptr};
           grads = FusedParamGrads(kOp, p, dx, bwd, weight_grad, bias_grad);
         });
       }

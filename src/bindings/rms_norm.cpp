@@ -1,6 +1,6 @@
 // Bindings of rms_norm, add_rms_norm and their backward ops.
-#include "bindings/rowwise.h"
 #include "kernels/rms_norm.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {

@@ -204,8 +204,8 @@ inline Tensor NewStats(const Tensor& x, int64_t rows) {
 // (0,) when not requested), or nothing where the path does not apply (then nothing ran).
 template <class Op, int kIn>
 std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
-                                                     const Tensor& dx, const Op& op,
-                                                     bool want_w, bool want_b) {
+                                                     const Tensor& dx, const Op& op, bool want_w,
+                                                     bool want_b) {
   using T = typename Op::Elem;
   if (!p.cuda || !p.rows) return std::nullopt;
   const RowArgs<T, kIn> a = RowArgsOf<T>(p, dx, nullptr);
@@ -251,9 +251,8 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<2>& p, const Te
       a.dweight = want_w ? static_cast<Acc*>(dw.data_ptr()) : nullptr;
       a.dbias = want_b ? static_cast<Acc*>(db.data_ptr()) : nullptr;
       if (!p.cuda) {
-        torch::stable::parallel_for(0, p.d, 1, [&](int64_t begin, int64_t end) {
-          ParamGradCpu<T, Acc>(a, begin, end);
-        });
+        torch::stable::parallel_for(
+            0, p.d, 1, [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
       } else {
         if constexpr (std::is_same_v<Acc, AccType<T>>) {
           const int64_t chunks = ParamGradChunks(p.outer * p.inner);

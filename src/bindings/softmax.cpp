@@ -1,6 +1,6 @@
 // Bindings of softmax, log_softmax and their backward ops (which take the forward's output).
-#include "bindings/rowwise.h"
 #include "kernels/softmax.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {

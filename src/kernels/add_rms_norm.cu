@@ -6,9 +6,9 @@
 
 namespace rownorm {
 
-#define ROWNORM_INSTANTIATE(T, W)                                     \
-  ROWNORM_INSTANTIATE_ROWS(AddRmsNormFwdOp<T, AccType<T>, W>)         \
-  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, AccType<T>, W, 3>)      \
+#define ROWNORM_INSTANTIATE(T, W)                             \
+  ROWNORM_INSTANTIATE_ROWS(AddRmsNormFwdOp<T, AccType<T>, W>) \
+  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, AccType<T>, W, 3>) \
   ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, AccType<T>, W, 3>)
 ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE

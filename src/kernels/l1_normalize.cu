@@ -5,8 +5,8 @@
 
 namespace rownorm {
 
-#define ROWNORM_INSTANTIATE(T)                                       \
-  ROWNORM_INSTANTIATE_LAUNCH(L1NormalizeFwdOp<T, AccType<T>>)        \
+#define ROWNORM_INSTANTIATE(T)                                \
+  ROWNORM_INSTANTIATE_LAUNCH(L1NormalizeFwdOp<T, AccType<T>>) \
   ROWNORM_INSTANTIATE_LAUNCH(L1NormalizeBwdOp<T, AccType<T>>)
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE

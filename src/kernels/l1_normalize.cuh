@@ -40,9 +40,8 @@ struct L1NormalizeBwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [](const Acc* v, int64_t) {
-      return Array<Acc, 2>{{Abs(v[0]), v[0] * v[1]}};
-    });
+    const Array<Acc, 2> s = row.Reduce(
+        SumOp{}, [](const Acc* v, int64_t) { return Array<Acc, 2>{{Abs(v[0]), v[0] * v[1]}}; });
     const Acc norm = mean ? s[0] / n : s[0];
     const bool clamped = norm < eps;
     const Acc inv = Acc(1) / (clamped ? eps : norm);

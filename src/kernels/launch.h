@@ -60,10 +60,10 @@ cudaError_t LaunchRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args, 
 }
 }  // namespace rownorm
 
-#define ROWNORM_INSTANTIATE_SUMS(...)                                                         \
+#define ROWNORM_INSTANTIATE_SUMS(...)                                                             \
   template int64_t FusedChunks<__VA_ARGS__>(const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&); \
-  template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(                                        \
-      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&,                 \
+  template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(                                           \
+      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&,                    \
       AccType<__VA_ARGS__::Elem>*, cudaStream_t);
 #define ROWNORM_INSTANTIATE_ROWS(...)           \
   template cudaError_t LaunchRows<__VA_ARGS__>( \

@@ -45,7 +45,7 @@ struct LayerNormFwdOp {
 template <typename T, typename Acc, typename W>
 struct LayerNormBwdOp {
   using Elem = T;
-  static constexpr int kIn = 2;  // x, dy
+  static constexpr int kIn = 2;                // x, dy
   static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
   static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy (fused on the CTA/group tiers)
   Acc eps;
@@ -65,7 +65,7 @@ struct LayerNormBwdOp {
     // (Σ(x − μ)², Σg, Σ(x − μ)·g)
     const Array<Acc, 3> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
       const Acc d = v[0] - mu;
-      const Acc g = v[1] * Param(w, col, Acc(1));
+      const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
       return Array<Acc, 3>{{d * d, g, d * g}};
     });
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
@@ -76,7 +76,7 @@ struct LayerNormBwdOp {
       stats[2 * row.Index() + 1] = r;
     }
     row.Store([mu, r, mean_g, c, w](const Acc* v, int64_t col) {
-      return r * (v[1] * Param(w, col, Acc(1)) - mean_g - (v[0] - mu) * c);
+      return r * (MulRn(v[1], Param(w, col, Acc(1))) - mean_g - (v[0] - mu) * c);
     });
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
       row.AddColumns(

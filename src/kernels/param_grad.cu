@@ -169,9 +169,8 @@ template <typename Acc>
 cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
                               Acc* dbias, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ParamGradFinalizeKernel<Acc>
-      <<<GridFor((n + kTx - 1) / kTx), dim3(kTx, kTy), 0, stream>>>(partial, chunks, n, dweight,
-                                                                     dbias);
+  ParamGradFinalizeKernel<Acc><<<GridFor((n + kTx - 1) / kTx), dim3(kTx, kTy), 0, stream>>>(
+      partial, chunks, n, dweight, dbias);
   return cudaGetLastError();
 }
 template cudaError_t ParamGradFinalize<float>(const float*, int64_t, int64_t, float*, float*,
@@ -179,9 +178,9 @@ template cudaError_t ParamGradFinalize<float>(const float*, int64_t, int64_t, fl
 template cudaError_t ParamGradFinalize<double>(const double*, int64_t, int64_t, double*, double*,
                                                cudaStream_t);
 
-#define ROWNORM_INSTANTIATE(T)                                                           \
-  template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&,     \
-                                                AccType<T>*, cudaStream_t);
+#define ROWNORM_INSTANTIATE(T)                                                                    \
+  template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&, AccType<T>*, \
+                                                cudaStream_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 

@@ -56,8 +56,7 @@ void ParamGradCpu(const ParamGradArgs<T, Acc>& a, int64_t begin, int64_t end) {
     for (int64_t o = 0; o < a.outer; ++o) {
       for (int64_t i = 0; i < a.inner; ++i) {
         const int64_t j = o * a.inner + i;
-        const double g =
-            ToAcc(a.dy[o * a.dy_stride[0] + d * a.dy_stride[1] + i * a.dy_stride[2]]);
+        const double g = ToAcc(a.dy[o * a.dy_stride[0] + d * a.dy_stride[1] + i * a.dy_stride[2]]);
         if (a.dweight != nullptr) {
           const double x = ToAcc(a.x[o * a.x_stride[0] + d * a.x_stride[1] + i * a.x_stride[2]]);
           w += g * (x - static_cast<double>(a.stats[2 * j])) *

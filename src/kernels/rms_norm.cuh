@@ -80,8 +80,7 @@ struct RmsNormBwdOp {
       }
     });
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
-      row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; },
-                     sums);
+      row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
     }
   }
 };

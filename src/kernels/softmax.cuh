@@ -57,9 +57,8 @@ struct SoftmaxFwdOp {
       s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
     } else {
       // Streamed rows: one pass for both statistics.
-      const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp{}, [](const Acc* x, int64_t) {
-        return Array<Acc, 2>{{x[0], Acc(1)}};
-      });
+      const Array<Acc, 2> ms = row.Reduce(
+          OnlineSoftmaxOp{}, [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; });
       m = ms[0];
       // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
       s = m == INFINITY ? Acc(NAN) : ms[1];

@@ -77,9 +77,9 @@ struct RowPlan {
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
-constexpr int kGroupVecs = 4;    // group tier: 4 packs in flight per lane
-constexpr int kWideGroupVecs = 8;  // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
-constexpr int kCtaVecs = 4;      // CTA tier
+constexpr int kGroupVecs = 4;         // group tier: 4 packs in flight per lane
+constexpr int kWideGroupVecs = 8;     // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
+constexpr int kCtaVecs = 4;           // CTA tier
 constexpr int kWideCtaThreads = 512;  // and one CTA of 512 x 8 packs (16384 fp32 / 32768 16-bit)
 constexpr int kWideCtaVecs = 8;
 constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
@@ -342,7 +342,7 @@ cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccTy
     constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
     GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
         <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op,
-                                                                                   partial);
+                                                                                     partial);
     return cudaGetLastError();
   }
 }

@@ -544,8 +544,8 @@ ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
 
 // Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
-ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank,
-                              int64_t chunk, int64_t chunks, int64_t n, Acc* partial) {
+ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank, int64_t chunk,
+                              int64_t chunks, int64_t n, Acc* partial) {
   const int64_t vecs = n / kVec;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
@@ -601,11 +601,10 @@ __global__ void __launch_bounds__(kCtaThreads)
     CachedRow<T, Op::kIn, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
     op(r, &sums);
   }
-  const int64_t chunks = (args.rows + int64_t{kRows} * kGroups - 1) / (int64_t{kRows} * kGroups) *
-                         kGroups;
+  const int64_t chunks =
+      (args.rows + int64_t{kRows} * kGroups - 1) / (int64_t{kRows} * kGroups) * kGroups;
   WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kWidth>(
-      sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n,
-      partial);
+      sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
 }
 
 template <class Op, typename T, int kVec, int kVecs, int kThreads, int kCluster>

@@ -72,6 +72,24 @@ ROWNORM_HOST_DEVICE float Exp2(float v) { return exp2f(v); }
 ROWNORM_HOST_DEVICE double Exp2(double v) { return exp2(v); }
 ROWNORM_HOST_DEVICE float Log(float v) { return logf(v); }
 ROWNORM_HOST_DEVICE double Log(double v) { return log(v); }
+// a·b rounded on its own, never contracted into a neighbouring FMA: where a product is
+// subtracted from an equal rounded product (LayerNorm's g − mean(g) on a row of one element)
+// the difference is then exactly 0 rather than the product's rounding error.
+ROWNORM_HOST_DEVICE float MulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ROWNORM_HOST_DEVICE double MulRn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // sign(v) in {-1, 0, 1} (0 for ±0), the derivative of |v| that torch uses.
 template <typename A>
 ROWNORM_HOST_DEVICE A Sign(A v) {

@@ -20,8 +20,7 @@ class CpuRow {
   using Acc = double;
   static constexpr bool kCached = false;
 
-  CpuRow(const ColumnArgs<T, kIn>& a, int64_t r)
-      : d_(a.d), inner_(a.inner), index_(r) {
+  CpuRow(const ColumnArgs<T, kIn>& a, int64_t r) : d_(a.d), inner_(a.inner), index_(r) {
     const int64_t base = (r / a.inner) * a.d * a.inner + r % a.inner;
     for (int i = 0; i < kIn; ++i) in_[i] = a.in[i] + base;
     out_ = a.out + base;
