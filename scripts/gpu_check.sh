@@ -2,7 +2,10 @@
 # The one command for the GPU machine: build in place, self-check, the whole test suite,
 # compute-sanitizer (memcheck + racecheck), the benchmark, and a summary.
 #
-#   bash scripts/gpu_check.sh            # everything, about 9 minutes at most
+#   bash scripts/gpu_check.sh            # everything, about 10 minutes at most: with the whole op
+#                                        # set, run tests and benchmark as two calls on a machine
+#                                        # with a 10-minute limit (SKIP_BENCH=1, then SKIP_TESTS=1
+#                                        # SKIP_SANITIZER=1 SKIP_SELFCHECK=1)
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
 #   SKIP_SELFCHECK=1 SKIP_TESTS=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh   # build + benchmark
 #
@@ -17,13 +20,16 @@
 #   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
 #   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
 #   TORCH_CUDA_ARCH_LIST  default 9.0
-#   PYTEST_ARGS           default: -q -m "large or not large" (the whole suite, large included)
+#   PYTEST_ARGS           default: the whole suite, large included: with pytest-xdist (a wheel in
+#                         $WHEELS) `-m 'not large' -n <cores-1>` then `-m large`, else one
+#                         process `-m "large or not large"`
 #   BENCH_ARGS            default: --dtypes bf16 (every op, the bf16 grid of 12 N, fwd and
 #                         fwd+bwd, and the seeds' workloads, which are fp32)
 #   BENCH_BUDGET          seconds the benchmark may start measurements for (default 250): it
 #                         measures the seeds, then N = 256..262144 in FIRST_ROUND_NS for every op,
 #                         then the other N, and writes what it measured when the time is up
-#   WHEELS                folder of wheels installed (--no-deps --no-index) for the benchmark's
+#   WHEELS                folder of wheels installed (--no-deps --no-index): pytest-xdist +
+#                         execnet for the tests, and for the benchmark's
 #                         optional peers, e.g. Liger-Kernel (default .wheels; nothing can be
 #                         downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
@@ -305,26 +311,67 @@ else
 fi
 
 # ---- tests ---------------------------------------------------------------------------------
+# Wheels carried in $WHEELS (nothing can be downloaded on the GPU machine): pytest-xdist and
+# execnet for the tests, Liger-Kernel for the benchmark's peers. Installed once into a private
+# folder with --no-deps --no-index (torch and triton are the image's); a wheel that does not
+# install only makes its feature unavailable (tests in one process, peer "not run").
+install_wheels() {
+  local dir=${WHEELS:-$ROOT/.wheels} site=$WORK/site
+  local whls=("$dir"/*.whl)
+  if [[ ! -e ${whls[0]} ]]; then
+    WHEELS_NOTE="no wheels in $dir"
+    return
+  fi
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "${whls[@]}" >"$WORK/pip.log" 2>&1; then
+    export PYTHONPATH="$site:$PYTHONPATH"
+    WHEELS_NOTE="installed $(basename -a "${whls[@]}" | tr '\n' ' ')"
+  else
+    WHEELS_NOTE="pip install of $dir/*.whl failed: $(tail -1 "$WORK/pip.log")"
+  fi
+}
+
+install_wheels
+
 if [[ ${SKIP_TESTS:-0} == 1 ]]; then
   record tests skipped 0 "SKIP_TESTS=1"
 else
   t0=$SECONDS
-  limit=$(budget 200 100)
-  pytest_args=(-q -m "large or not large")
-  [[ -v PYTEST_ARGS ]] && eval "pytest_args=($PYTEST_ARGS)"
+  limit=$(budget 330 100)
   extra=(-rfE -p no:cacheprovider)
   "$PY" -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=120)
-  log "tests: pytest tests ${extra[*]} ${pytest_args[*]} (limit ${limit}s)"
-  echo "==== pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
-  timeout -k 10 "$limit" "$PY" -m pytest tests "${extra[@]}" "${pytest_args[@]}" 2>&1 \
-    | tee "$WORK/pytest.log" | tee -a "$TESTS_LOG"
-  rc=${PIPESTATUS[0]}
+  # The suite is ~22 500 tests (~14 minutes in one process): with pytest-xdist the tests that
+  # are not `large` run on one worker per core but one, then `large` in this process (each of
+  # those holds tens of GB of device memory).
+  phases=('-q -m "large or not large"')
+  if [[ -v PYTEST_ARGS ]]; then
+    phases=("$PYTEST_ARGS")
+  elif "$PY" -c 'import xdist' 2>/dev/null; then
+    workers=$(($(nproc) > 2 ? $(nproc) - 1 : 1))
+    phases=("-q -m 'not large' -n $workers" '-q -m large')
+  fi
+  rc=0
+  line=""
+  : >"$WORK/pytest.log"
+  for phase in "${phases[@]}"; do
+    pytest_args=()
+    eval "pytest_args=($phase)"
+    left=$((limit - (SECONDS - t0)))
+    ((left < 10)) && left=10
+    log "tests: pytest tests ${extra[*]} ${pytest_args[*]} (limit ${left}s)"
+    echo "==== pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
+    timeout -k 10 "$left" "$PY" -m pytest tests "${extra[@]}" "${pytest_args[@]}" 2>&1 \
+      | tee "$WORK/pytest_phase.log" | tee -a "$TESTS_LOG" >>"$WORK/pytest.log"
+    prc=${PIPESTATUS[0]}
+    ((prc != 0 && rc == 0)) && rc=$prc
+    pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
+      "$WORK/pytest_phase.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
+    line="${line:+$line; }${pline:-no pytest summary line} (${pytest_args[*]})"
+  done
   grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
-  line=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
-    "$WORK/pytest.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
   st=$(status_of "$rc")
   [[ $rc == 5 ]] && st="FAIL (no tests ran)"
-  record tests "$st" $((SECONDS - t0)) "${line:-no pytest summary line}"
+  record tests "$st" $((SECONDS - t0)) "$line"
   log "tests: $st — $line"
 fi
 
@@ -447,25 +494,6 @@ EOF
 fi
 
 # ---- benchmark ----------------------------------------------------------------------------
-# Optional peers (Liger-Kernel) come as wheels carried in $WHEELS, installed into a private
-# folder with --no-deps --no-index (torch and triton are the image's). A wheel that does not
-# install or import only makes its peer "not run" in the report.
-install_wheels() {
-  local dir=${WHEELS:-$ROOT/.wheels} site=$WORK/site
-  local whls=("$dir"/*.whl)
-  if [[ ! -e ${whls[0]} ]]; then
-    WHEELS_NOTE="no wheels in $dir"
-    return
-  fi
-  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-    "${whls[@]}" >"$WORK/pip.log" 2>&1; then
-    export PYTHONPATH="$site:$PYTHONPATH"
-    WHEELS_NOTE="installed $(basename -a "${whls[@]}" | tr '\n' ' ')"
-  else
-    WHEELS_NOTE="pip install of $dir/*.whl failed: $(tail -1 "$WORK/pip.log")"
-  fi
-}
-
 if [[ ${SKIP_BENCH:-0} == 1 ]]; then
   record bench skipped 0 "SKIP_BENCH=1"
 elif [[ $HAVE_GPU == 0 ]]; then
@@ -479,7 +507,6 @@ else
   if ((limit < 40)); then
     record bench skipped 0 "no time left (${limit}s)"
   else
-    install_wheels
     log "bench: $WHEELS_NOTE"
     tb=$((limit - 40))
     ((tb > bench_budget)) && tb=$bench_budget
