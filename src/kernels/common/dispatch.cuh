@@ -104,7 +104,7 @@ constexpr int kStreamingThreads = 512;
 //                                    checked with cudaOccupancyMaxActiveClusters);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
-// These first boundaries follow the register budget; the benchmark sweep refines them.
+// The boundaries follow the register budget; benchmarks/results/h100/NOTES.md has the measurements.
 inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide = true) {
   if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
