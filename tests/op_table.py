@@ -610,6 +610,20 @@ def _supported_pairs(op_ids, table: dict, probe_args: tuple, cases=None) -> list
     return pairs
 
 
+# Empty tensors: (shape, dim) with no rows, no columns, or neither.
+EMPTY_CASES = [((0, 5), -1), ((5, 0), -1), ((0, 0), 1), ((0, 5), 0), ((2, 0, 3), 1), ((0,), 0)]
+
+
+def empty_cases() -> list:
+    """(op_id, (shape, dim)) for every op and every empty case the op accepts."""
+    return [
+        pytest.param(op_id, (shape, dim), id=f"{op_id}-{shape}-{dim}")
+        for op_id, op in OPS.items()
+        for shape, dim in EMPTY_CASES
+        if op.supports(torch.empty(shape), dim)
+    ]
+
+
 def layout_cases(op_ids, cases=None) -> list:
     return _supported_pairs(op_ids, LAYOUTS, (3, 2, torch.float32, "cpu"), cases)
 

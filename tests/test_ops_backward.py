@@ -34,6 +34,7 @@ from op_table import (
     OpCase,
     check_grads,
     dim_cases,
+    empty_cases,
     inputs_for,
     layout_cases,
 )
@@ -537,18 +538,8 @@ def test_backward_zero_rows(device, op_id, dtype):
 # ---------------------------------------------------------------------------------------------
 # Empty tensors
 
-EMPTY_CASES = [((0, 5), -1), ((5, 0), -1), ((0, 0), 1), ((0, 5), 0), ((2, 0, 3), 1), ((0,), 0)]
 
-
-@pytest.mark.parametrize(
-    ("op_id", "shape_dim"),
-    [
-        pytest.param(op_id, (shape, dim), id=f"{op_id}-{shape}-{dim}")
-        for op_id, op in OPS.items()
-        for shape, dim in EMPTY_CASES
-        if op.supports(torch.empty(shape), dim)
-    ],
-)
+@pytest.mark.parametrize(("op_id", "shape_dim"), empty_cases())
 def test_empty(device, op_id, shape_dim):
     """Empty x: empty dx; parameter gradients of a batch without rows are zeros of shape (N,)."""
     shape, dim = shape_dim

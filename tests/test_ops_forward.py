@@ -29,7 +29,16 @@ import warnings
 import pytest
 import rownorm
 import torch
-from op_table import OP_FAMILIES, OPS, PARAM_OPS, OpCase, dim_cases, inputs_for, layout_cases
+from op_table import (
+    OP_FAMILIES,
+    OPS,
+    PARAM_OPS,
+    OpCase,
+    dim_cases,
+    empty_cases,
+    inputs_for,
+    layout_cases,
+)
 from utils import (
     DIM_CASES,
     DTYPES,
@@ -486,18 +495,8 @@ def test_seed_003_mean_abs(device):
 # ---------------------------------------------------------------------------------------------
 # Empty tensors
 
-EMPTY_CASES = [((0, 5), -1), ((5, 0), -1), ((0, 0), 1), ((0, 5), 0), ((2, 0, 3), 1), ((0,), 0)]
 
-
-@pytest.mark.parametrize(
-    ("op_id", "shape_dim"),
-    [
-        pytest.param(op_id, (shape, dim), id=f"{op_id}-{shape}-{dim}")
-        for op_id, op in OPS.items()
-        for shape, dim in EMPTY_CASES
-        if op.supports(torch.empty(shape), dim)
-    ],
-)
+@pytest.mark.parametrize(("op_id", "shape_dim"), empty_cases())
 def test_empty(device, op_id, shape_dim):
     op = OPS[op_id]
     shape, dim = shape_dim

@@ -18,12 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-
-def _resolve_eps(x: torch.Tensor, eps: float | None) -> float:
-    """F.rms_norm's default: the epsilon of the accumulation type (float32 unless float64)."""
-    if eps is not None:
-        return eps
-    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+from rownorm.ops import resolve_eps as _resolve_eps  # F.rms_norm's default eps
 
 
 def _along(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:

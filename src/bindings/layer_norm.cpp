@@ -46,7 +46,7 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
   Tensor dx = NewLike(x);
   const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
   const std::optional<Tensor> w = ParamAs(weight, pt);
-  Problem<2> p = MakeProblem<2>({x, grad}, dim);
+  const Problem<2> p = MakeProblem<2>({x, grad}, dim);
   if ((weight_grad || bias_grad) && x.numel() > 0) {
     // The fused path: dx and the parameter gradients' chunk partials in one pass.
     std::optional<std::array<Tensor, 2>> grads;
@@ -76,9 +76,6 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
         });
       });
     });
-  } else {
-    p.outer = 0;
-    p.d = x.size(dim);
   }
   std::array<Tensor, 2> grads;
   DispatchFloating(x.scalar_type(), [&](auto tag) {

@@ -88,17 +88,7 @@ std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor,
   Tensor dw;
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    Problem<2> xg;  // x and grad only
-    xg.in = {p.in[0], p.in[1]};
-    for (int i = 0; i < 2; ++i) {
-      for (int k = 0; k < 3; ++k) xg.stride[i][k] = p.stride[i][k];
-    }
-    xg.outer = x.numel() > 0 ? p.outer : 0;
-    xg.d = x.numel() > 0 ? p.d : x.size(dim);
-    xg.inner = p.inner;
-    xg.rows = p.rows;
-    xg.cuda = p.cuda;
-    dw = ParamGrads<T>(op, xg, stats, weight_grad, false)[0];
+    dw = ParamGrads<T>(op, p, stats, weight_grad, false)[0];
   });
   return {dx, dw};
 }

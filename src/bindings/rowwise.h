@@ -84,21 +84,28 @@ RowArgs<T, kIn> RowArgsOf(const Problem<kIn>& p, const Tensor& out, const Tensor
   return a;
 }
 
+// The (outer, d, inner) arguments of a problem of contiguous operands (the CPU rows and the
+// strided-dim path).
+template <typename T, int kIn>
+ColumnArgs<T, kIn> ColumnArgsOf(const Problem<kIn>& p, const Tensor& out, const Tensor* out2) {
+  ColumnArgs<T, kIn> a{};
+  for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
+  a.out = MutPtr<T>(out);
+  a.outer = p.outer;
+  a.d = p.d;
+  a.inner = p.inner;
+  a.out2 = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
+  return a;
+}
+
 // Runs the op made by `make(acc)` (acc: a value of the accumulator type to use; the CPU
 // accumulates in double) over the problem, writing the new contiguous `out` (and `out2`).
 // kColumns = false for ops only instantiated on the row tiers (last-dim ops).
 template <typename T, bool kColumns = true, int kIn, class MakeOp>
 void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Tensor* out2,
            MakeOp make) {
-  T* out2_ptr = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
   if (!p.cuda) {
-    ColumnArgs<T, kIn> a{};
-    for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
-    a.out = MutPtr<T>(out);
-    a.outer = p.outer;
-    a.d = p.d;
-    a.inner = p.inner;
-    a.out2 = out2_ptr;
+    const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, out2);
     const auto op = make(double{});
     ParallelRows(p.outer * p.inner, p.d,
                  [&](int64_t begin, int64_t end) { RunRowsCpu(a, op, begin, end); });
@@ -109,14 +116,7 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Ten
   if (p.rows) {
     CheckLaunch(name, LaunchRows(RowArgsOf<T>(p, out, out2), op, stream));
   } else if constexpr (kColumns) {
-    ColumnArgs<T, kIn> a{};
-    for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
-    a.out = MutPtr<T>(out);
-    a.outer = p.outer;
-    a.d = p.d;
-    a.inner = p.inner;
-    a.out2 = out2_ptr;
-    CheckLaunch(name, LaunchColumns(a, op, stream));
+    CheckLaunch(name, LaunchColumns(ColumnArgsOf<T>(p, out, out2), op, stream));
   } else {
     ROWNORM_CHECK(false, name, ": internal error: no strided-dim kernel for this op");
   }
@@ -149,10 +149,9 @@ inline ScalarType ParamDtype(const Tensor& x, std::initializer_list<const Tensor
 
 // Checks an optional parameter (weight, bias) of shape (x.size(dim),) and returns it
 // contiguous in `dtype`.
-inline std::optional<Tensor> CheckParam(const char* op, const char* name,
-                                        const std::optional<Tensor>& p, const Tensor& x,
-                                        int64_t dim) {
-  if (!p.has_value()) return std::nullopt;
+inline void CheckParam(const char* op, const char* name, const std::optional<Tensor>& p,
+                       const Tensor& x, int64_t dim) {
+  if (!p.has_value()) return;
   const Tensor& w = *p;
   CheckFloating(op, name, w);
   ROWNORM_CHECK(w.dim() == 1 && w.size(0) == x.size(dim), op, ": ", name, " must have shape (",
@@ -160,7 +159,6 @@ inline std::optional<Tensor> CheckParam(const char* op, const char* name,
   ROWNORM_CHECK(w.device() == x.device(), op, ": ", name, " must be on x's device (",
                 x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
                 w.is_cuda() ? "cuda:" + std::to_string(w.get_device_index()) : "cpu");
-  return p;
 }
 
 inline std::optional<Tensor> ParamAs(const std::optional<Tensor>& p, ScalarType dtype) {
@@ -223,11 +221,13 @@ std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Pro
   return std::array<Tensor, 2>{dw, db};
 }
 
-// Parameter gradients dweight / dbias (each requested one of shape (d,)) from x, dy and the
-// saved statistics, in float32 (float64 for float64 x). Unrequested ones are of shape (0,).
-template <typename T>
-std::array<Tensor, 2> ParamGrads(const char* name, const Problem<2>& p, const Tensor& stats,
+// Parameter gradients dweight / dbias (each requested one of shape (d,)) from x = p.in[0],
+// dy = p.in[1] and the saved statistics, in float32 (float64 for float64 x). Unrequested ones
+// are of shape (0,); a problem without rows gives zeros.
+template <typename T, int kIn>
+std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const Tensor& stats,
                                  bool want_w, bool want_b) {
+  static_assert(kIn >= 2, "x and dy are operands 0 and 1");
   const Tensor& x = p.in[0];
   const ScalarType out_dtype =
       x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
