@@ -20,9 +20,10 @@
 #   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
 #   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
 #   TORCH_CUDA_ARCH_LIST  default 9.0
-#   PYTEST_ARGS           default: the whole suite, large included: with pytest-xdist (a wheel in
-#                         $WHEELS) `-m 'not large' -n <cores-1>` then `-m large`, else one
-#                         process `-m "large or not large"`
+#   PYTEST_ARGS           default: with pytest-xdist (a wheel in $WHEELS) every CUDA test,
+#                         `-m 'cuda and not large' -n <cores-1>` (the CPU tests are CI's),
+#                         `-m large`, then the tier-edge tests with ROWNORM_DISABLE_CLUSTERS=1
+#                         (the pre-Hopper tier table); else one process `-m "large or not large"`
 #   BENCH_ARGS            default: --dtypes bf16 (every op, the bf16 grid of 12 N, fwd and
 #                         fwd+bwd, and the seeds' workloads, which are fp32)
 #   BENCH_BUDGET          seconds the benchmark may start measurements for (default 250): it
@@ -348,7 +349,10 @@ else
     phases=("$PYTEST_ARGS")
   elif "$PY" -c 'import xdist' 2>/dev/null; then
     workers=$(($(nproc) > 2 ? $(nproc) - 1 : 1))
-    phases=("-q -m 'not large' -n $workers" '-q -m large')
+    # ... and the tier-edge tests again with the pre-Hopper tier table (no clusters). The CPU
+    # tests are CI's (`.ci/run`); here they would double the time (oversubscribed CPU ops).
+    phases=("-q -m 'cuda and not large' -n $workers" '-q -m large'
+      "ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' -k gpu_tiers -n $workers")
   fi
   rc=0
   line=""
@@ -356,17 +360,23 @@ else
   for phase in "${phases[@]}"; do
     pytest_args=()
     eval "pytest_args=($phase)"
+    phase_env=()  # a leading VAR=value word is the phase's environment
+    if [[ ${pytest_args[0]:-} == *=* ]]; then
+      phase_env=("${pytest_args[0]}")
+      pytest_args=("${pytest_args[@]:1}")
+    fi
     left=$((limit - (SECONDS - t0)))
     ((left < 10)) && left=10
-    log "tests: pytest tests ${extra[*]} ${pytest_args[*]} (limit ${left}s)"
-    echo "==== pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
-    timeout -k 10 "$left" "$PY" -m pytest tests "${extra[@]}" "${pytest_args[@]}" 2>&1 \
+    log "tests: ${phase_env[*]} pytest tests ${extra[*]} ${pytest_args[*]} (limit ${left}s)"
+    echo "==== ${phase_env[*]} pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
+    timeout -k 10 "$left" env "${phase_env[@]}" "$PY" -m pytest tests "${extra[@]}" \
+      "${pytest_args[@]}" 2>&1 \
       | tee "$WORK/pytest_phase.log" | tee -a "$TESTS_LOG" >>"$WORK/pytest.log"
     prc=${PIPESTATUS[0]}
     ((prc != 0 && rc == 0)) && rc=$prc
     pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
       "$WORK/pytest_phase.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
-    line="${line:+$line; }${pline:-no pytest summary line} (${pytest_args[*]})"
+    line="${line:+$line; }${pline:-no pytest summary line} (${phase_env[*]:+${phase_env[*]} }${pytest_args[*]})"
   done
   grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
   st=$(status_of "$rc")
@@ -393,11 +403,12 @@ import rownorm
 
 DEVICE = "cuda"
 # (shape, dim, slice_cols): tiers by N (group / warp / CTA / cluster / beyond), the fused
-# weight-gradient CTA path (4096), strided reductions over dim 0 and 1, row-strided input.
+# weight-gradient CTA path (4096), strided reductions over dim 0 and 1 (scalar, streamed and
+# 16-byte-pack columns), row-strided input.
 CASES = [
     ((64, 100), -1, None), ((16, 1500), -1, None), ((40, 4096), -1, None),
     ((4, 65535), -1, None), ((2, 300000), -1, None), ((300, 4, 5), 0, None),
-    ((3, 70, 33), 1, None), ((8, 1024), -1, 1000),
+    ((3, 70, 33), 1, None), ((2, 48, 264), 1, None), ((8, 1024), -1, 1000),
 ]
 
 

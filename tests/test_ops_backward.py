@@ -306,7 +306,7 @@ def test_backward_poisoned_output(device, op_id, dtype, layout, n):
 
 
 @pytest.mark.parametrize(
-    ("op_id", "case"), dim_cases(OP_FAMILIES, ("middle", "first", "nchw_channels"))
+    ("op_id", "case"), dim_cases(OP_FAMILIES, ("middle", "first", "nchw_channels", "nchw_wide"))
 )
 @dtypes
 def test_backward_poisoned_output_dims(device, op_id, case, dtype):

@@ -271,7 +271,8 @@ def test_forward_poisoned_output(device, op_id, dtype, layout, n):
 
 
 @pytest.mark.parametrize(
-    ("op_id", "case"), dim_cases(OPS, ("middle", "nchw_channels", "first", "last_negative"))
+    ("op_id", "case"),
+    dim_cases(OPS, ("middle", "nchw_channels", "nchw_wide", "first", "last_negative")),
 )
 @dtypes
 def test_forward_poisoned_output_dims(device, op_id, case, dtype):
@@ -468,7 +469,7 @@ def test_forward_softmax_special_values(device, op_id, dtype, case, where, n):
 @pytest.mark.parametrize("eps", [1e-5, 1e-6])
 def test_seed_001_channel_rms_norm(device, eps):
     """Seed 001: ``x / sqrt(mean(x², dim=1) + eps)`` over the channels of NCHW (small)."""
-    x = randn((3, 64, 9, 10), torch.float32, device)
+    x = randn((3, 64, 12, 24), torch.float32, device)  # inner 288: 16-byte packs
     seed = x / torch.sqrt(torch.mean(x**2, dim=1, keepdim=True) + eps)
     out = rownorm.rms_norm(x, dim=1, eps=eps)
     assert_new_contiguous(out, x)

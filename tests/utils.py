@@ -317,6 +317,9 @@ DIM_CASES: dict[str, Callable[[int, torch.dtype, object], tuple[torch.Tensor, in
     "middle": lambda n, dt, dev: (randn((3, n, 5), dt, dev), 1),
     "middle_negative": lambda n, dt, dev: (randn((3, n, 5), dt, dev), -2),
     "nchw_channels": lambda n, dt, dev: (randn((2, n, 3, 4), dt, dev), 1),
+    # inner = 272: a multiple of the 16-byte pack and more than a full tile of columns (the
+    # vectorized column kernel on CUDA, for N <= 64), with a partial last tile
+    "nchw_wide": lambda n, dt, dev: (randn((2, n, 16, 17), dt, dev), 1),
     "nhwc_channels": lambda n, dt, dev: (
         randn((2, n, 3, 4), dt, dev).to(memory_format=torch.channels_last),
         1,

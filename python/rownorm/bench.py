@@ -56,6 +56,7 @@ QUICK_ELEMS = 1 << 26
 MODES = ("fwd", "fwdbwd")
 FAMILIES = ("rownorm", "eager", "compile", "liger")
 COPY_BYTES_CUDA = 1 << 31  # the copy-limit buffer: 2 GiB read + 2 GiB written
+SAME_BYTES_COPY = "copy_same_bytes"  # the seeds' tables: a copy of the workload's own bytes
 COPY_BYTES_CPU = 1 << 28
 FLUSH_BYTES_MIN = 256 << 20
 # Correctness tolerance of any implementation in the benchmark: ‖out − ref‖ / ‖ref‖.
@@ -782,13 +783,125 @@ class Timer:
         return statistics.median(times), n_reps
 
 
-def measure_copy_bandwidth(timer: Timer, nbytes: int, quick: bool = False) -> tuple[float, float]:
-    """Device-to-device copy of ``nbytes``: returns (GB/s counting bytes read + written, ms)."""
+def measure_copy_time(timer: Timer, nbytes: int, quick: bool = False) -> tuple[float, int]:
+    """Device-to-device copy of ``nbytes`` (``dst.copy_(src)``): (median ms, reps)."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=timer.device)
     dst = torch.empty_like(src)
     src.fill_(1)
-    ms, _ = timer(lambda: dst.copy_(src), rep_ms=50.0 if quick else 200.0, min_reps=10)
+    return timer(lambda: dst.copy_(src), rep_ms=50.0 if quick else 200.0, min_reps=10)
+
+
+def measure_copy_bandwidth(timer: Timer, nbytes: int, quick: bool = False) -> tuple[float, float]:
+    """Device-to-device copy of ``nbytes``: returns (GB/s counting bytes read + written, ms)."""
+    ms, _ = measure_copy_time(timer, nbytes, quick)
     return 2 * nbytes / (ms * 1e6), ms
+
+
+@dataclasses.dataclass
+class SmallCall:
+    """One implementation's cost on a tiny input, where the launch path is the whole cost."""
+
+    label: str
+    expr: str
+    host_us: float  # per call in a loop synchronized once: the host's cost (or the GPU's)
+    graph_us: float | None  # per call replayed from a CUDA graph: the GPU work alone
+
+
+SMALL_CALL_SHAPE = (1, 4096)
+
+
+def measure_small_calls(device: torch.device, calls: int = 2000) -> list[SmallCall]:
+    """rms_norm on a 1×4096 bf16 tensor with a bf16 weight, eager and under a CUDA graph.
+
+    host_us: mean wall time per call over ``calls`` back-to-back calls (one synchronize at the
+    end), best of 5 loops; the GPU needs a few µs per call, so this is the host's cost wherever
+    that is larger. graph_us: a graph of 100 calls replayed, CUDA events around the replay,
+    per call (median of 20 replays)."""
+    import torch.nn.functional as F
+
+    import rownorm
+
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    x = torch.randn(SMALL_CALL_SHAPE, dtype=torch.bfloat16, device=device, generator=gen)
+    w = torch.randn(SMALL_CALL_SHAPE[-1:], dtype=torch.bfloat16, device=device, generator=gen)
+    eps = 1e-6
+    impls = [
+        (
+            "torch.ops.rownorm.rms_norm",
+            "torch.ops.rownorm.rms_norm(x, w, -1, eps)",
+            lambda: torch.ops.rownorm.rms_norm(x, w, -1, eps),
+        ),
+        (
+            "rownorm.rms_norm",
+            "rownorm.rms_norm(x, w, eps=eps)",
+            lambda: rownorm.rms_norm(x, w, eps=eps),
+        ),
+        (
+            "F.rms_norm",
+            "F.rms_norm(x, (4096,), w, eps)",
+            lambda: F.rms_norm(x, SMALL_CALL_SHAPE[-1:], w, eps),
+        ),
+    ]
+    out = []
+    for label, expr, fn in impls:
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize(device)
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize(device)
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        graph_us = None
+        try:
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(100):
+                    fn()
+            graph.replay()
+            torch.cuda.synchronize(device)
+            times = []
+            for _ in range(20):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e3 / 100)
+            graph_us = statistics.median(times)
+        except Exception as exc:  # noqa: BLE001  (reported in the table)
+            print(f"small calls: {label} under a CUDA graph failed: {_err_text(exc)}", flush=True)
+        out.append(SmallCall(label, expr, best, graph_us))
+    return out
+
+
+def _small_call_table(calls: Sequence[SmallCall]) -> list[str]:
+    base = next((c for c in calls if c.label == "F.rms_norm"), None)
+    lines = [
+        "## Small calls — rms_norm on a 1×4096 bf16 tensor (bf16 weight)",
+        "",
+        "eager: µs per call of 2000 back-to-back calls synchronized once (best of 5 loops): the "
+        "host's cost per call (dispatch, checks, allocation, launch); CUDA graph: µs per call "
+        "of a captured graph of 100 calls, CUDA events around the replay (the GPU work alone)",
+        "",
+        "| implementation | eager µs/call | vs F.rms_norm | CUDA graph µs/call |",
+        "|---|---:|---:|---:|",
+    ]
+    for c in calls:
+        vs = f"{c.host_us - base.host_us:+.2f} µs" if base is not None else "—"
+        graph = f"{c.graph_us:.2f}" if c.graph_us is not None else "failed"
+        lines.append(f"| `{c.expr}` | {c.host_us:.2f} | {vs} | {graph} |")
+    return lines + [""]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1055,6 +1168,7 @@ class RunInfo:
     notes: list[str] = dataclasses.field(default_factory=list)
     ops: list[str] = dataclasses.field(default_factory=list)
     peers: str = ""  # versions of the peers' packages
+    small_calls: list[SmallCall] = dataclasses.field(default_factory=list)
 
 
 def grid_shape(n: int, elems: int) -> tuple[int, int]:
@@ -1382,7 +1496,34 @@ class Runner:
             if res.status == "skipped":
                 _free(self.device, full=True)  # after an OOM, before the next implementation
         del inputs, dys
+        if cfg.seed is not None and not self.aborted and self.remaining_s() >= self.args.reserve_s:
+            self.add(self._same_bytes_copy(cfg))
         return done
+
+    def _same_bytes_copy(self, cfg: Config) -> Result:
+        """A copy moving a seed workload's bytes (half read, half written), timed like the ops:
+        the floor for a problem this size, launch and ramp included, which the copy limit of
+        the big buffer does not show for small workloads."""
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        ms, _ = measure_copy_time(self.timer, cfg.nbytes // 2)
+        gbps = cfg.nbytes / (ms * 1e6)
+        copy = self.info.copy_gbps
+        return Result(
+            op=cfg.spec.name,
+            mode=cfg.mode,
+            dtype=str(cfg.dtype).removeprefix("torch."),
+            M=cfg.m,
+            N=cfg.n,
+            impl=SAME_BYTES_COPY,
+            ms=ms,
+            gbps=gbps,
+            pct=100.0 * gbps / copy if copy else None,
+            nbytes=cfg.nbytes,
+            rel_err=None,
+            status="ok",
+            workload=cfg.workload,
+        )
 
     def _measure(
         self, cfg: Config, impl: Impl, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
@@ -1529,7 +1670,11 @@ def _ordered_impls(op: str, results: Sequence[Result]) -> list[str]:
 def _best_peer(by_impl: dict[str, Result]) -> tuple[Result | None, Result | None]:
     """(rownorm's result, the fastest correct peer's result) of one configuration."""
     ours = next((r for r in by_impl.values() if _is_ours(r)), None)
-    ok = [r for r in by_impl.values() if not _is_ours(r) and r.status == "ok" and r.ms]
+    ok = [
+        r
+        for r in by_impl.values()
+        if not _is_ours(r) and r.impl != SAME_BYTES_COPY and r.status == "ok" and r.ms
+    ]
     return ours, min(ok, key=lambda r: r.ms) if ok else None
 
 
@@ -1573,25 +1718,30 @@ def _grid_table(op: str, mode: str, rows: Sequence[Result]) -> list[str]:
 def _seed_table(op: str, rows: Sequence[Result], copy_gbps: float | None) -> list[str]:
     spec = OPS.get(op)
     targets = {s.title: s.target_ms_h100 for s in spec.seeds} if spec else {}
-    impls = _ordered_impls(op, rows)
+    impls = [i for i in _ordered_impls(op, rows) if i != SAME_BYTES_COPY]
     heads = " | ".join(_label(op, i) for i in impls)
     lines = [
         f"## {op} — the seeds' workloads",
         "",
-        "cells: ms (% of the copy limit); copy limit = bytes / copy bandwidth",
+        "cells: ms (% of the copy limit); copy limit = bytes / copy bandwidth; same-size "
+        "copy = `dst.copy_(src)` moving the workload's bytes, timed like the ops (launch and "
+        "ramp included: the floor for a small workload)",
         "",
-        f"| workload | bytes | copy limit | {heads} | target (H100) | rownorm vs best |",
-        "|---|---:|---:|" + "---:|" * len(impls) + "---:|---:|",
+        f"| workload | bytes | copy limit | same-size copy | {heads} | target (H100) "
+        "| rownorm vs best |",
+        "|---|---:|---:|---:|" + "---:|" * len(impls) + "---:|---:|",
     ]
     for wl in dict.fromkeys(r.workload for r in rows):
         by = {r.impl: r for r in rows if r.workload == wl}
         nbytes = next(iter(by.values())).nbytes
         limit = _ms(nbytes / (copy_gbps * 1e6)) if copy_gbps else "—"
+        same = by.get(SAME_BYTES_COPY)
+        same_cell = _ms(same.ms) if same is not None and same.ms else "—"
         ours, best = _best_peer(by)
         tgt = targets.get(wl)
         cells = " | ".join(_ms_cell(by.get(i)) for i in impls)
         lines.append(
-            f"| {wl} | {nbytes / 1e9:.3g} GB | {limit} | {cells} | "
+            f"| {wl} | {nbytes / 1e9:.3g} GB | {limit} | {same_cell} | {cells} | "
             f"{f'≤ {_ms(tgt)}' if tgt else '—'} | {_vs(ours, best)} |"
         )
     return lines + [""]
@@ -1673,6 +1823,8 @@ def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
             lines += ["Implementations:", ""]
             lines += [f"- {meta[i].label}: `{meta[i].expr}`" for i in named]
             lines.append("")
+    if info.small_calls:
+        lines += _small_call_table(info.small_calls)
     problems = [r for r in results if r.status != "ok"]
     if problems or info.notes:
         lines += ["## Notes", ""]
@@ -1896,6 +2048,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run the seeds' workloads (default: on, off with --quick)",
     )
     p.add_argument("--seeds-only", action="store_true", help="only the seeds' workloads")
+    p.add_argument(
+        "--small-calls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure the per-call cost of rms_norm on a 1×4096 bf16 tensor, eager and under "
+        "a CUDA graph, against F.rms_norm (default: on, off with --quick; CUDA only)",
+    )
     p.add_argument("--device", default=None, help="cuda (default when available), cuda:1, cpu")
     p.add_argument(
         "--time-budget",
@@ -1962,6 +2121,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.elems = args.elems or (QUICK_ELEMS if args.quick else GRID_ELEMS)
     if args.seeds is None:
         args.seeds = not args.quick or args.seeds_only
+    if args.small_calls is None:
+        args.small_calls = not args.quick
     if args.seeds_only:
         args.seeds = True
     # Modest on purpose: every op × N × dtype × mode × implementation is one measurement, and
@@ -2057,6 +2218,10 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
             flush=True,
         )
         _free(device)
+        if args.small_calls and device.type == "cuda":
+            info.small_calls = measure_small_calls(device)
+            for line in _small_call_table(info.small_calls)[4:]:
+                print(line, flush=True)
         runner.run(configs)
     except KeyboardInterrupt:
         interrupted = True

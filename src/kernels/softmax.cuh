@@ -1,9 +1,9 @@
 // Softmax and log-softmax along one dimension: the op bodies, run by every tier of row.cuh
 // (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
 //
-//   forward   m = max(x), s = Σ exp(x − m): two reductions where the tier caches the row, one
-//             online reduction where it streams it (partial (m, s) pairs are merged by
-//             rescaling the smaller maximum's sum), then
+//   forward   m = max(x), s = Σ exp(x − m): one online all-reduce of (max, Σ exp) pairs
+//             (merged by rescaling the smaller maximum's sum), from per-thread pairs where the
+//             tier caches the row, from every element where it streams it, then
 //             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
@@ -51,10 +51,17 @@ struct SoftmaxFwdOp {
     Acc m;
     Acc s;
     if constexpr (Row::kCached) {
-      // The row is in registers: two plain reductions (max, then Σ exp) cost one exp per
-      // element, where the online merge costs two (it is compute-bound at bandwidth).
-      m = row.Reduce(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
-      s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
+      // The row is in registers: each thread makes its own (max, Σ exp(x − max)) in two
+      // passes over its values (one exp per element; merging online per element would cost
+      // two, and it is compute-bound at bandwidth), then one all-reduce merges the pairs.
+      // A thread whose values are all −inf (or that holds none) contributes (−inf, 0).
+      const Acc m_t = row.ReduceLocal(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
+      const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
+      const Acc s_t = row.ReduceLocal(
+          SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
+      const Array<Acc, 2> ms = row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOp{});
+      m = ms[0];
+      s = m == INFINITY ? Acc(NAN) : ms[1];
     } else {
       // Streamed rows: one pass for both statistics.
       const Array<Acc, 2> ms = row.Reduce(

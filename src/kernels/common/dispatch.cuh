@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/common/row.cuh"
@@ -19,7 +21,18 @@ namespace rownorm {
 struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0;
+  bool clusters = false;  // plan the cluster tier (sm_90+, unless ROWNORM_DISABLE_CLUSTERS)
 };
+
+// ROWNORM_DISABLE_CLUSTERS=1 (read once per process) plans every row as on a GPU without
+// thread-block clusters, as before sm_90: the pre-Hopper tier table, testable on a Hopper.
+inline bool ClustersDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("ROWNORM_DISABLE_CLUSTERS");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return disabled;
+}
 
 // Attributes of the current device, read once per device (cudaGetDeviceProperties is slow).
 inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
@@ -32,6 +45,7 @@ inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
   if (device < kMaxDevices && sm_cache[device].load() > 0) {
     info->sm_count = sm_cache[device].load();
     info->cc_major = cc_cache[device].load();
+    info->clusters = info->cc_major >= 9 && !ClustersDisabled();
     return cudaSuccess;
   }
   err = cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device);
@@ -42,6 +56,7 @@ inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
     cc_cache[device].store(info->cc_major);
     sm_cache[device].store(info->sm_count);
   }
+  info->clusters = info->cc_major >= 9 && !ClustersDisabled();
   return err;
 }
 
@@ -234,7 +249,7 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
     DeviceInfo dev;
     cudaError_t err = GetDeviceInfo(&dev);
     if (err != cudaSuccess) return err;
-    RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9, WideClusterOk<Op>::value);
+    RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters, WideClusterOk<Op>::value);
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
@@ -308,7 +323,7 @@ RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
   if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return none;
   DeviceInfo dev;
   if (GetDeviceInfo(&dev) != cudaSuccess) return none;
-  const RowPlan plan = PlanRowTier(a.n, kVec, dev.cc_major >= 9);
+  const RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters);
   // Where the fused path measured faster than the two-pass one (H100, bf16, backward with
   // parameter gradients, % of copy for 3 tensors): one column sum (RMSNorm) on the CTA tier
   // (N=4096: 80 against 57; 8192: 78 / 57) and on groups of 16+ lanes (N=1024: 77 / 58; with 8
@@ -393,9 +408,23 @@ cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T
   }
 }
 
+// Whether the vectorized column path applies: inner a multiple of the pack width, at least one
+// full tile of columns, every operand aligned to a pack.
+template <typename T, int kIn>
+bool ColumnPacksOk(const ColumnArgs<T, kIn>& a, int lanes, int tile_cols) {
+  const uintptr_t bytes = sizeof(T) * lanes;
+  bool ok = a.inner % lanes == 0 && a.inner >= tile_cols &&
+            reinterpret_cast<uintptr_t>(a.out) % bytes == 0 &&
+            (a.out2 == nullptr || reinterpret_cast<uintptr_t>(a.out2) % bytes == 0);
+  for (int i = 0; i < kIn; ++i) ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % bytes == 0;
+  return ok;
+}
+
 // Runs `op` over dim d of contiguous (outer, d, inner) operands. Columns of up to 8 x 8 = 64
-// elements stay in registers (one read of the tensor); longer ones are read twice, the
-// second time mostly from L2 (a CTA's 32 x d tile is reused at once).
+// elements stay in registers (one read of the tensor): with 16-byte packs of adjacent columns
+// where inner and the alignment allow (ColumnPackKernel, 32 x 8 threads own a 64 x 128 fp32
+// tile), else one column per thread. Longer columns are read twice, the second time mostly
+// from L2 (a CTA's 32 x d tile is reused at once).
 template <class Op, typename T>
 cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
@@ -403,6 +432,15 @@ cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaSt
   constexpr int kTy = 8;
   constexpr int kCache = 8;
   const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
+  if constexpr (!std::is_same_v<T, double>) {
+    constexpr int kLanes = MaxPackWidth(sizeof(T));
+    if (a.d <= kTy * kCache && ColumnPacksOk(a, kLanes, kTx * kLanes)) {
+      const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
+      ColumnPackKernel<Op, T, kTx, kTy, kCache, kLanes>
+          <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+      return cudaGetLastError();
+    }
+  }
   if (a.d <= kTy * kCache) {
     ColumnKernel<Op, T, kTx, kTy, kCache><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
   } else {

@@ -19,9 +19,9 @@ namespace rownorm {
 
 constexpr int kWarpSize = 32;
 
-// Bytes of one shared-memory slot of a reduction value: up to four doubles (LayerNorm's
-// backward reduces three statistics at once).
-constexpr int kReduceSlotBytes = 32;
+// Bytes of one shared-memory slot of a reduction value: up to five doubles (LayerNorm's
+// backward merges (count, mean, M2, Σg, Σ(x − mean)·g) in one all-reduce).
+constexpr int kReduceSlotBytes = 40;
 
 template <typename T, int K>
 ROWNORM_HOST_DEVICE Array<T, K> operator+(const Array<T, K>& a, const Array<T, K>& b) {

@@ -10,6 +10,11 @@
 //   row.Size(), row.Index()  the row length and the row's number;
 //   row.Leader()             true in exactly one thread of the team (per-row side outputs);
 //   Row::kCached             whether another Reduce is free (row in registers) or re-reads it.
+// and, for statistics that need one all-reduce where Reduce would need two (LayerNorm's mean
+// and variance, softmax's max and Σ exp), on cached rows:
+//   V    row.ReduceLocal(op, f)  the same reduction over this thread's elements only;
+//   V    row.AllReduce(v, op)    v combined over the team (Reduce = AllReduce ∘ ReduceLocal);
+//   int  row.LocalCount()        how many elements of the row this thread holds.
 // (x[i] is input i at column col, in the accumulator type.) The same body then runs in
 // every tier, which only differ in where the row lives and who shares it:
 //
@@ -152,6 +157,17 @@ class RowBase {
   ROWNORM_DEVICE bool Leader() const {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
   }
+  ROWNORM_DEVICE int LocalCount() const {
+    const int64_t packs =
+        own_.first_vec < own_.vec_end
+            ? (own_.vec_end - own_.first_vec + Team::kThreads - 1) / Team::kThreads
+            : 0;
+    return static_cast<int>(packs) * kVec + (own_.head_col >= 0) + (own_.tail_col >= 0);
+  }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return team_.AllReduce(v, op);
+  }
 
  protected:
   ROWNORM_DEVICE RowBase(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
@@ -215,6 +231,11 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
 
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    return this->AllReduce(ReduceLocal(op, f), op);
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
     using V = ReduceValue<F, Acc>;
     V acc = Op::template Identity<V>();
     Acc x[kIn];
@@ -232,7 +253,7 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
     }
     if (own_.head_col >= 0) acc = op(acc, f(Scalars(head_, x), own_.head_col));
     if (own_.tail_col >= 0) acc = op(acc, f(Scalars(tail_, x), own_.tail_col));
-    return this->team_.AllReduce(acc, op);
+    return acc;
   }
 
   // out[col] = f(x, col) for every element of the row; Store2 writes the second output.
@@ -320,6 +341,11 @@ class StreamingRow : public RowBase<T, kIn, kVec, Team> {
 
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    return this->AllReduce(ReduceLocal(op, f), op);
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
     using V = ReduceValue<F, Acc>;
     V acc = Op::template Identity<V>();
     Acc x[kIn];
@@ -337,7 +363,7 @@ class StreamingRow : public RowBase<T, kIn, kVec, Team> {
     }
     if (own_.head_col >= 0) acc = op(acc, f(Scalars(own_.head_col, x), own_.head_col));
     if (own_.tail_col >= 0) acc = op(acc, f(Scalars(own_.tail_col, x), own_.tail_col));
-    return this->team_.AllReduce(acc, op);
+    return acc;
   }
 
   template <typename F>
@@ -427,10 +453,25 @@ class ColumnRow {
 
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    return AllReduce(ReduceLocal(op, f), op);
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
     using V = ReduceValue<F, Acc>;
-    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
     V acc = Op::template Identity<V>();
     ForEach([&](const Acc* x, int64_t d) { acc = op(acc, f(x, d)); });
+    return acc;
+  }
+
+  ROWNORM_DEVICE int LocalCount() const {
+    const int64_t d = valid_ && threadIdx.y < d_ ? (d_ - threadIdx.y + kTy - 1) / kTy : 0;
+    return static_cast<int>(kCache > 0 ? min(d, int64_t{kCache}) : d);
+  }
+
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V acc, Op op) {
+    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
     *reinterpret_cast<V*>(storage_.bytes[parity_][threadIdx.y][threadIdx.x]) = acc;
     __syncthreads();
     acc = *reinterpret_cast<const V*>(storage_.bytes[parity_][0][threadIdx.x]);
@@ -459,7 +500,7 @@ class ColumnRow {
 
  private:
   template <typename G>
-  ROWNORM_DEVICE void ForEach(G g) {
+  ROWNORM_DEVICE void ForEach(G g) const {
     if (!valid_) return;
     Acc x[kIn];
     if constexpr (kCache > 0) {
@@ -492,6 +533,144 @@ class ColumnRow {
   T* out_;
   T* out2_;
   T cache_[kIn][kCache > 0 ? kCache : 1];
+};
+
+// The vectorized column path: thread (tx, ty) owns kLanes adjacent columns i..i+kLanes-1 and
+// rows d = ty, ty + kTy, ... (at most kCache of them), read and written as Pack<T, kLanes>
+// (the host checks that inner is a multiple of kLanes and every operand is aligned to a
+// pack). A ColumnTile holds those packs; ColumnLane<Tile, J> is the row interface of its
+// lane J (column i + J), and ColumnPackKernel runs the op body once per lane, J a constant
+// so that the lane's element of every pack is a register. The outputs are gathered in packs
+// and written once all lanes have run.
+template <typename T, int kIn, int kTx, int kTy, int kCache, int kLanes>
+struct ColumnTile {
+  using Acc = AccType<T>;
+  using P = Pack<T, kLanes>;
+  static constexpr int kTyRows = kTy;
+  static constexpr int kCacheRows = kCache;
+  static constexpr int kInputs = kIn;
+
+  ROWNORM_DEVICE ColumnTile(ColumnReduceStorage<kTx, kTy>& s, int& par, const ColumnArgs<T, kIn>& a,
+                            int64_t o, int64_t i)
+      : storage(s),
+        parity(par),
+        d(a.d),
+        inner(a.inner),
+        index(o * a.inner + i),
+        valid(i < a.inner) {
+    const int64_t base = o * a.d * a.inner + (valid ? i : 0);
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) in[k] = a.in[k] + base;
+    out = a.out + base;
+    out2 = a.out2 + base;
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (valid && r < d) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) cache[k][c].Load(in[k] + r * inner);
+      }
+    }
+  }
+
+  // Writes the gathered outputs (the second one only where the op stored it).
+  ROWNORM_DEVICE void Flush() const {
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (valid && r < d) {
+        o1[c].Store(out + r * inner);
+        if (stored2) o2[c].Store(out2 + r * inner);
+      }
+    }
+  }
+
+  ColumnReduceStorage<kTx, kTy>& storage;
+  int& parity;
+  int64_t d;
+  int64_t inner;
+  int64_t index;  // row number of lane 0
+  bool valid;
+  bool stored2 = false;
+  const T* in[kIn];
+  T* out;
+  T* out2;
+  P cache[kIn][kCache];
+  P o1[kCache];
+  P o2[kCache];
+};
+
+template <class Tile, int J>
+class ColumnLane {
+ public:
+  using Acc = typename Tile::Acc;
+  static constexpr bool kCached = true;
+
+  ROWNORM_DEVICE explicit ColumnLane(Tile& t) : t_(t) {}
+
+  ROWNORM_DEVICE int64_t Size() const { return t_.d; }
+  ROWNORM_DEVICE int64_t Index() const { return t_.index + J; }
+  ROWNORM_DEVICE bool Leader() const { return t_.valid && threadIdx.y == 0; }
+  ROWNORM_DEVICE int LocalCount() const {
+    const int64_t r = t_.valid && threadIdx.y < t_.d ? (t_.d - threadIdx.y + kTy - 1) / kTy : 0;
+    return static_cast<int>(r);
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    return AllReduce(ReduceLocal(op, f), op);
+  }
+  template <typename Op, typename F>
+  ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
+    using V = ReduceValue<F, Acc>;
+    V acc = Op::template Identity<V>();
+    ForEach([&](const Acc* x, int64_t r, int) { acc = op(acc, f(x, r)); });
+    return acc;
+  }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V acc, Op op) {
+    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+    auto& slots = t_.storage.bytes[t_.parity];
+    *reinterpret_cast<V*>(slots[threadIdx.y][threadIdx.x]) = acc;
+    __syncthreads();
+    acc = *reinterpret_cast<const V*>(slots[0][threadIdx.x]);
+#pragma unroll
+    for (int y = 1; y < kTy; ++y) acc = op(acc, *reinterpret_cast<const V*>(slots[y][threadIdx.x]));
+    t_.parity ^= 1;
+    return acc;
+  }
+
+  template <typename F>
+  ROWNORM_DEVICE void Store(F f) {
+    ForEach([&](const Acc* x, int64_t r, int c) { t_.o1[c].Set(J, f(x, r)); });
+  }
+  template <typename F>
+  ROWNORM_DEVICE void Store2(F f) {
+    ForEach([&](const Acc* x, int64_t r, int c) { t_.o2[c].Set(J, f(x, r)); });
+    t_.stored2 = true;
+  }
+
+ private:
+  static constexpr int kTy = Tile::kTyRows;
+  static constexpr int kCache = Tile::kCacheRows;
+  static constexpr int kIn = Tile::kInputs;
+
+  template <typename G>
+  ROWNORM_DEVICE void ForEach(G g) const {
+    if (!t_.valid) return;
+    Acc x[kIn];
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (r < t_.d) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) x[k] = t_.cache[k][c].Get(J);
+        g(x, r, c);
+      }
+    }
+  }
+
+  Tile& t_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -646,6 +825,32 @@ __global__ void __launch_bounds__(kTx* kTy)
     const int64_t i = (t % tiles) * kTx + threadIdx.x;
     ColumnRow<T, Op::kIn, kTx, kTy, kCache> r(storage, parity, args, o, i);
     op(r);
+  }
+}
+
+template <class Op, class Tile, int... J>
+ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int, J...>) {
+  (
+      [&] {
+        ColumnLane<Tile, J> lane(tile);
+        op(lane);
+      }(),
+      ...);
+}
+
+template <class Op, typename T, int kTx, int kTy, int kCache, int kLanes>
+__global__ void __launch_bounds__(kTx* kTy)
+    ColumnPackKernel(const ColumnArgs<T, Op::kIn> args, const Op op) {
+  __shared__ ColumnReduceStorage<kTx, kTy> storage;
+  int parity = 0;
+  constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
+  const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
+  for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
+    const int64_t o = t / tiles;
+    const int64_t i = (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
+    ColumnTile<T, Op::kIn, kTx, kTy, kCache, kLanes> tile(storage, parity, args, o, i);
+    RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
+    tile.Flush();
   }
 }
 
