@@ -61,8 +61,6 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    PrefetchParam(row, weight);
-    PrefetchParam(row, bias);
     Acc mu;
     Acc var;
     if constexpr (Row::kCached) {

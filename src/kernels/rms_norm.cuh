@@ -29,7 +29,6 @@ struct RmsNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    PrefetchParam(row, weight);
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
     const W* w = weight;
@@ -96,7 +95,6 @@ struct AddRmsNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    PrefetchParam(row, weight);
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* v, int64_t) {
       const Acc h = RoundTo<T>(v[0] + v[1]);
       return h * h;

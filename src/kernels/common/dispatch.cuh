@@ -213,32 +213,16 @@ cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaS
   return cudaGetLastError();
 }
 
-// Grids of the 4-pack group tier with groups of 4 or 8 lanes (rows of up to 128 fp32 / 256
-// 16-bit elements) of up to this many waves (16 CTAs of 128 threads per SM) load two rows per
-// group at a time: fewer, fuller CTAs, no half-empty last wave (the launch shape only: every
-// row is computed the same way).
-constexpr int kTwoRowsMaxWaves = 4;
-
 template <class Op, typename T, int kWidth, int kVecs = kGroupVecs>
-cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, int sm_count,
-                           cudaStream_t stream) {
+cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
   constexpr int kCtaThreads = 128;
   if constexpr (kWidth < kVec) {
     return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
   } else {
     constexpr int kRowsPerCta = kCtaThreads / kWidth;
-    const int64_t ctas = (a.rows + kRowsPerCta - 1) / kRowsPerCta;
-    if constexpr (kVecs == kGroupVecs && kWidth <= 8) {
-      if (ctas <= int64_t{kTwoRowsMaxWaves} * 16 * sm_count) {
-        GroupRowKernel<Op, T, kVec, kVecs, kWidth, kCtaThreads, 2>
-            <<<GridFor((a.rows + 2 * kRowsPerCta - 1) / (2 * kRowsPerCta)), kCtaThreads, 0,
-               stream>>>(a, op);
-        return cudaGetLastError();
-      }
-    }
     GroupRowKernel<Op, T, kVec, kVecs, kWidth, kCtaThreads>
-        <<<GridFor(ctas), kCtaThreads, 0, stream>>>(a, op);
+        <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kCtaThreads, 0, stream>>>(a, op);
     return cudaGetLastError();
   }
 }
@@ -269,13 +253,13 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
-          case 4: return LaunchGroupRow<Op, T, 4>(a, op, dev.sm_count, stream);
-          case 8: return LaunchGroupRow<Op, T, 8>(a, op, dev.sm_count, stream);
-          case 16: return LaunchGroupRow<Op, T, 16>(a, op, dev.sm_count, stream);
+          case 4: return LaunchGroupRow<Op, T, 4>(a, op, stream);
+          case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
+          case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
           default:
             return plan.packs == kWideGroupVecs
-                       ? LaunchGroupRow<Op, T, 32, kWideGroupVecs>(a, op, dev.sm_count, stream)
-                       : LaunchGroupRow<Op, T, 32>(a, op, dev.sm_count, stream);
+                       ? LaunchGroupRow<Op, T, 32, kWideGroupVecs>(a, op, stream)
+                       : LaunchGroupRow<Op, T, 32>(a, op, stream);
         }
       case RowTier::kCta:
         switch (plan.threads) {

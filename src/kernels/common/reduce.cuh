@@ -8,8 +8,6 @@
 #pragma once
 
 #include <cfloat>
-#include <type_traits>
-#include <utility>
 
 #if defined(__CUDACC__)
 #include <cooperative_groups.h>
@@ -72,23 +70,6 @@ struct MaxOp {
     return Filler<V>::Fill(-INFINITY);
   }
 };
-
-// A hint in an op body: the per-column parameter p (weight, bias) is read at every column of
-// the row after the next all-reduce. Rows cached in registers (CachedRow::Prefetch) then ask
-// L1 for this thread's parameter lines before the all-reduce waits, so that the Store after it
-// does not wait an L2 round trip per row (exposed where few rows are in flight per SM: the
-// cluster tier); other rows ignore it.
-template <class Row, class W, class = void>
-struct HasPrefetch : std::false_type {};
-template <class Row, class W>
-struct HasPrefetch<
-    Row, W, std::void_t<decltype(std::declval<const Row&>().Prefetch(std::declval<const W*>()))>>
-    : std::true_type {};
-
-template <class Row, typename W>
-ROWNORM_HOST_DEVICE void PrefetchParam(const Row& row, const W* p) {
-  if constexpr (HasPrefetch<Row, W>::value) row.Prefetch(p);
-}
 
 #if defined(__CUDACC__)
 

@@ -256,19 +256,6 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
     return acc;
   }
 
-  // Asks L1 for this thread's columns of the per-column parameter p (see PrefetchParam).
-  template <typename W>
-  ROWNORM_DEVICE void Prefetch(const W* p) const {
-    if (p == nullptr) return;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int64_t v = own_.first_vec + k * Team::kThreads;
-      if (v < own_.vec_end) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + geo_.head + v * kVec));
-      }
-    }
-  }
-
   // out[col] = f(x, col) for every element of the row; Store2 writes the second output.
   template <typename F>
   ROWNORM_DEVICE void Store(F f) {
@@ -690,30 +677,18 @@ class ColumnLane {
 // Tier kernels. Every row loop is uniform across the threads that reduce together (the warp
 // for groups, the CTA, the cluster), as the barriers and full-mask shuffles require.
 
-// kInFlight = 2: each group loads two rows (g and g + groups per CTA) before running the op
-// on the first, so that twice the bytes are in flight per thread and the grid has half the
-// CTAs (small problems: one wave where one row per group took one and a half).
-template <class Op, typename T, int kVec, int kVecs, int kWidth, int kCtaThreads, int kInFlight = 1>
+template <class Op, typename T, int kVec, int kVecs, int kWidth, int kCtaThreads>
 __global__ void __launch_bounds__(kCtaThreads)
     GroupRowKernel(const RowArgs<T, Op::kIn> args, const Op op) {
   static_assert(kCtaThreads % kWarpSize == 0 && kWarpSize % kWidth == 0, "bad group shape");
-  static_assert(kInFlight == 1 || kInFlight == 2, "one or two rows in flight per group");
-  constexpr int kGroups = kCtaThreads / kWidth;
-  constexpr int kRowsPerCta = kGroups * kInFlight;
-  using Row = CachedRow<T, Op::kIn, kVec, kVecs, GroupTeam<kWidth>>;
+  constexpr int kRowsPerCta = kCtaThreads / kWidth;
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
     const int64_t row = base + group;
-    Row r(team, args, row, row < args.rows);
-    if constexpr (kInFlight == 2) {
-      Row r2(team, args, row + kGroups, row + kGroups < args.rows);
-      op(r);
-      op(r2);
-    } else {
-      op(r);
-    }
+    CachedRow<T, Op::kIn, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    op(r);
   }
 }
 
