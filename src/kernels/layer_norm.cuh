@@ -8,10 +8,10 @@
 //             else kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from
-// memory once; the streaming tier reads it once per pass. On cached rows each thread first
-// makes its own two-pass statistics (count, mean, Σ(x − mean)²; the backward also Σg and
-// Σ(x − mean)·g) and one all-reduce merges them (MeanM2Op): one barrier round per row where
-// a reduction per statistic took two.
+// memory once; the streaming tier reads it once per pass. Where an all-reduce is a cluster
+// barrier (PrefersOneRound) each thread first makes its own two-pass statistics (count, mean,
+// Σ(x − mean)²; the backward also Σg and Σ(x − mean)·g) and one all-reduce merges them
+// (MeanM2Op): one barrier round per row where a reduction per statistic took two.
 #pragma once
 
 #include <type_traits>
@@ -63,7 +63,7 @@ struct LayerNormFwdOp {
     const Acc n = static_cast<Acc>(row.Size());
     Acc mu;
     Acc var;
-    if constexpr (Row::kCached) {
+    if constexpr (PrefersOneRound<Row>::value) {
       const Acc count = static_cast<Acc>(row.LocalCount());
       const Acc sum = row.ReduceLocal(SumOp{}, [](const Acc* x, int64_t) { return x[0]; });
       const Acc mean = count > 0 ? sum / count : Acc(0);
@@ -82,11 +82,9 @@ struct LayerNormFwdOp {
       }) / n;
     }
     const Acc r = Acc(1) / Sqrt(var + eps);
-    const W* w = weight;
-    const W* b = bias;
-    row.Store([mu, r, w, b](const Acc* x, int64_t col) {
-      return (x[0] - mu) * r * Param(w, col, Acc(1)) + Param(b, col, Acc(0));
-    });
+    StoreWith(
+        row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
+        ParamList<W, 2>{{weight, bias}, {1.0f, 0.0f}});
   }
 };
 
@@ -112,7 +110,7 @@ struct LayerNormBwdOp {
     // μ and (Σ(x − μ)², Σg, Σ(x − μ)·g)
     Acc mu;
     Array<Acc, 3> s;
-    if constexpr (Row::kCached) {
+    if constexpr (PrefersOneRound<Row>::value) {
       const Acc count = static_cast<Acc>(row.LocalCount());
       const Acc sum = row.ReduceLocal(SumOp{}, [](const Acc* v, int64_t) { return v[0]; });
       const Acc mean = count > 0 ? sum / count : Acc(0);
@@ -140,9 +138,12 @@ struct LayerNormBwdOp {
       stats[2 * row.Index()] = mu;
       stats[2 * row.Index() + 1] = r;
     }
-    row.Store([mu, r, mean_g, c, w](const Acc* v, int64_t col) {
-      return r * (MulRn(v[1], Param(w, col, Acc(1))) - mean_g - (v[0] - mu) * c);
-    });
+    StoreWith(
+        row,
+        [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* pw) {
+          return r * (MulRn(v[1], pw[0]) - mean_g - (v[0] - mu) * c);
+        },
+        ParamList<W, 1>{{w}, {1.0f}});
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
       row.AddColumns(
           [mu, r](const Acc* v, int64_t) { return Array<Acc, 2>{{v[1] * (v[0] - mu) * r, v[1]}}; },

@@ -31,8 +31,9 @@ struct RmsNormFwdOp {
     const Acc n = static_cast<Acc>(row.Size());
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    const W* w = weight;
-    row.Store([r, w](const Acc* x, int64_t col) { return x[0] * r * Param(w, col, Acc(1)); });
+    StoreWith(
+        row, [r](const Acc* x, int64_t, const Acc* w) { return x[0] * r * w[0]; },
+        ParamList<W, 1>{{weight}, {1.0f}});
   }
 };
 
@@ -71,14 +72,17 @@ struct RmsNormBwdOp {
       stats[2 * row.Index()] = Acc(0);
       stats[2 * row.Index() + 1] = r;
     }
-    row.Store([r, c, w](const Acc* v, int64_t col) {
-      const Acc dx = r * (v[1] * Param(w, col, Acc(1)) - v[0] * c);
-      if constexpr (kInputs == 3) {
-        return dx + v[2];
-      } else {
-        return dx;
-      }
-    });
+    StoreWith(
+        row,
+        [r, c](const Acc* v, int64_t, const Acc* pw) {
+          const Acc dx = r * (v[1] * pw[0] - v[0] * c);
+          if constexpr (kInputs == 3) {
+            return dx + v[2];
+          } else {
+            return dx;
+          }
+        },
+        ParamList<W, 1>{{w}, {1.0f}});
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
       row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
     }
@@ -100,10 +104,10 @@ struct AddRmsNormFwdOp {
       return h * h;
     });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    const W* w = weight;
-    row.Store([r, w](const Acc* v, int64_t col) {
-      return RoundTo<T>(v[0] + v[1]) * r * Param(w, col, Acc(1));
-    });
+    StoreWith(
+        row,
+        [r](const Acc* v, int64_t, const Acc* w) { return RoundTo<T>(v[0] + v[1]) * r * w[0]; },
+        ParamList<W, 1>{{weight}, {1.0f}});
     row.Store2([](const Acc* v, int64_t) { return v[0] + v[1]; });
   }
 };

@@ -1,9 +1,10 @@
 // Softmax and log-softmax along one dimension: the op bodies, run by every tier of row.cuh
 // (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
 //
-//   forward   m = max(x), s = Σ exp(x − m): one online all-reduce of (max, Σ exp) pairs
-//             (merged by rescaling the smaller maximum's sum), from per-thread pairs where the
-//             tier caches the row, from every element where it streams it, then
+//   forward   m = max(x), s = Σ exp(x − m): two plain all-reduces where the tier caches the
+//             row; one online all-reduce of (max, Σ exp) pairs (merged by rescaling the
+//             smaller maximum's sum) where it streams it (a pair per element) or where an
+//             all-reduce is a cluster barrier (a pair per thread, PrefersOneRound), then
 //             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
@@ -50,11 +51,11 @@ struct SoftmaxFwdOp {
     constexpr Acc kLog2e = Acc(1.4426950408889634);
     Acc m;
     Acc s;
-    if constexpr (Row::kCached) {
-      // The row is in registers: each thread makes its own (max, Σ exp(x − max)) in two
-      // passes over its values (one exp per element; merging online per element would cost
-      // two, and it is compute-bound at bandwidth), then one all-reduce merges the pairs.
-      // A thread whose values are all −inf (or that holds none) contributes (−inf, 0).
+    if constexpr (PrefersOneRound<Row>::value) {
+      // The row is in registers and an all-reduce is a cluster barrier: each thread makes its
+      // own (max, Σ exp(x − max)) in two passes over its values, then one all-reduce merges
+      // the pairs. A thread whose values are all −inf (or that holds none) contributes
+      // (−inf, 0).
       const Acc m_t = row.ReduceLocal(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
       const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
       const Acc s_t = row.ReduceLocal(
@@ -62,6 +63,12 @@ struct SoftmaxFwdOp {
       const Array<Acc, 2> ms = row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOp{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
+    } else if constexpr (Row::kCached) {
+      // The row is in registers: two plain all-reduces (max, then Σ exp) cost one exp per
+      // element; the online merge costs two per element (one all-reduce of the pairs), or
+      // two per merge step (per-thread pairs), and it is compute-bound at bandwidth.
+      m = row.Reduce(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
+      s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
     } else {
       // Streamed rows: one pass for both statistics.
       const Array<Acc, 2> ms = row.Reduce(

@@ -11,7 +11,7 @@
 //   row.Leader()             true in exactly one thread of the team (per-row side outputs);
 //   Row::kCached             whether another Reduce is free (row in registers) or re-reads it.
 // and, for statistics that need one all-reduce where Reduce would need two (LayerNorm's mean
-// and variance, softmax's max and Σ exp), on cached rows:
+// and variance, softmax's max and Σ exp), on rows with kOneRound (PrefersOneRound):
 //   V    row.ReduceLocal(op, f)  the same reduction over this thread's elements only;
 //   V    row.AllReduce(v, op)    v combined over the team (Reduce = AllReduce ∘ ReduceLocal);
 //   int  row.LocalCount()        how many elements of the row this thread holds.
@@ -212,7 +212,8 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
 
  public:
   using Acc = AccType<T>;
-  static constexpr bool kCached = true;  // another Reduce costs no memory traffic
+  static constexpr bool kCached = true;                 // another Reduce costs no memory traffic
+  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
 
   ROWNORM_DEVICE CachedRow(Team& team, const RowArgs<T, kIn>& args, int64_t row, bool valid)
       : Base(team, args, row, valid) {
@@ -261,6 +262,60 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
   ROWNORM_DEVICE void Store(F f) {
     StoreTo(this->out_, f);
   }
+
+  // out[col] = f(x, col, p), p[j] = ps.p[j][col] (see StoreWith in reduce.cuh): the parameters
+  // of a pack's columns are read with vector loads where they are aligned like the row.
+  template <typename F, typename W, int K>
+  ROWNORM_DEVICE void StoreWith(F f, const ParamList<W, K>& ps) {
+    constexpr int kWVec = kVec * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
+    bool aligned = true;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      aligned =
+          aligned && (ps.p[j] == nullptr ||
+                      reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) % (kWVec * sizeof(W)) == 0);
+    }
+    if (!aligned) {
+      StoreWithScalars(f, ps);
+      return;
+    }
+    Acc x[kIn];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) {
+        const int64_t col0 = geo_.head + v * kVec;
+        Acc pv[K][kVec];
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+          if (ps.p[j] != nullptr) {
+#pragma unroll
+            for (int h = 0; h < kVec / kWVec; ++h) {
+              Pack<W, kWVec> q;
+              q.Load(ps.p[j] + col0 + h * kWVec);
+#pragma unroll
+              for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = q.Get(e);
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) pv[j][e] = static_cast<Acc>(ps.absent[j]);
+          }
+        }
+        Pack<T, kVec> o;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = packs_[i][k].Get(e);
+          Acc p[K];
+#pragma unroll
+          for (int j = 0; j < K; ++j) p[j] = pv[j][e];
+          o.Set(e, f(x, col0 + e, p));
+        }
+        o.Store(this->out_ + col0);
+      }
+    }
+    StoreScalarsWith(f, ps);
+  }
   template <typename F>
   ROWNORM_DEVICE void Store2(F f) {
     StoreTo(this->out2_, f);
@@ -308,6 +363,37 @@ class CachedRow : public RowBase<T, kIn, kVec, Team> {
     }
     if (own_.head_col >= 0) out[own_.head_col] = FromAcc<T>(f(Scalars(head_, x), own_.head_col));
     if (own_.tail_col >= 0) out[own_.tail_col] = FromAcc<T>(f(Scalars(tail_, x), own_.tail_col));
+  }
+
+  template <typename F, typename W, int K>
+  ROWNORM_DEVICE void StoreWithScalars(F f, const ParamList<W, K>& ps) {
+    StoreTo(this->out_, [f, ps](const Acc* x, int64_t col) {
+      Acc p[K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) p[j] = Param(ps.p[j], col, static_cast<Acc>(ps.absent[j]));
+      return f(x, col, p);
+    });
+  }
+
+  // The head and tail scalars of StoreWith.
+  template <typename F, typename W, int K>
+  ROWNORM_DEVICE void StoreScalarsWith(F f, const ParamList<W, K>& ps) {
+    Acc x[kIn];
+    Acc p[K];
+    if (own_.head_col >= 0) {
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        p[j] = Param(ps.p[j], own_.head_col, static_cast<Acc>(ps.absent[j]));
+      }
+      this->out_[own_.head_col] = FromAcc<T>(f(Scalars(head_, x), own_.head_col, p));
+    }
+    if (own_.tail_col >= 0) {
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        p[j] = Param(ps.p[j], own_.tail_col, static_cast<Acc>(ps.absent[j]));
+      }
+      this->out_[own_.tail_col] = FromAcc<T>(f(Scalars(tail_, x), own_.tail_col, p));
+    }
   }
 
   ROWNORM_DEVICE static const Acc* Scalars(const T (&s)[kIn], Acc (&x)[kIn]) {
@@ -464,11 +550,6 @@ class ColumnRow {
     return acc;
   }
 
-  ROWNORM_DEVICE int LocalCount() const {
-    const int64_t d = valid_ && threadIdx.y < d_ ? (d_ - threadIdx.y + kTy - 1) / kTy : 0;
-    return static_cast<int>(kCache > 0 ? min(d, int64_t{kCache}) : d);
-  }
-
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
     static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
@@ -611,10 +692,6 @@ class ColumnLane {
   ROWNORM_DEVICE int64_t Size() const { return t_.d; }
   ROWNORM_DEVICE int64_t Index() const { return t_.index + J; }
   ROWNORM_DEVICE bool Leader() const { return t_.valid && threadIdx.y == 0; }
-  ROWNORM_DEVICE int LocalCount() const {
-    const int64_t r = t_.valid && threadIdx.y < t_.d ? (t_.d - threadIdx.y + kTy - 1) / kTy : 0;
-    return static_cast<int>(r);
-  }
 
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
