@@ -8,10 +8,10 @@
 //             else kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from
-// memory once; the streaming tier reads it once per pass. Where an all-reduce is a cluster
-// barrier (PrefersOneRound) each thread first makes its own two-pass statistics (count, mean,
-// Σ(x − mean)²; the backward also Σg and Σ(x − mean)·g) and one all-reduce merges them
-// (MeanM2Op): one barrier round per row where a reduction per statistic took two.
+// memory once; the streaming tier reads it once per pass. Two all-reduces per row: merging
+// per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured slower on
+// the cluster tier, where a second all-reduce costs a cluster barrier (H100, bf16, N = 65536:
+// 53-54% of copy against 71-72% with two; benchmarks/results/h100/NOTES.md §6).
 #pragma once
 
 #include <type_traits>
@@ -19,36 +19,6 @@
 #include "kernels/common/reduce.cuh"
 
 namespace rownorm {
-
-// Merges per-thread statistics of disjoint parts a and b of a row (Chan, Golub and LeVeque):
-//   [0] count, [1] mean, [2] M2 = Σ(x − mean)²,
-//   and with K = 5 (the backward) [3] G = Σg, [4] C = Σ(x − mean)·g:
-//   n = na + nb, mean = (na·ma + nb·mb)/n, M2 = M2a + M2b + (mb − ma)²·na·nb/n,
-//   C = Ca + Cb + (ma − mean)·Ga + (mb − mean)·Gb.
-// Written symmetric in a and b, bit for bit (the products that are summed are rounded on their
-// own, never contracted into an FMA with the other side's), so both lanes of a butterfly step
-// obtain the same value. Empty parts have count 0 and merge as the identity.
-struct MeanM2Op {
-  template <typename V>
-  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
-    const auto n = a[0] + b[0];
-    if (n == 0) return a;
-    V r;
-    r[0] = n;
-    r[1] = (MulRn(a[0], a[1]) + MulRn(b[0], b[1])) / n;
-    const auto d = b[1] - a[1];
-    r[2] = (a[2] + b[2]) + d * d * (a[0] * b[0] / n);
-    if constexpr (sizeof(V) == 5 * sizeof(r[0])) {
-      r[3] = a[3] + b[3];
-      r[4] = (a[4] + b[4]) + (MulRn(a[1] - r[1], a[3]) + MulRn(b[1] - r[1], b[3]));
-    }
-    return r;
-  }
-  template <typename V>
-  ROWNORM_HOST_DEVICE static V Identity() {
-    return Filler<V>::Fill(0);
-  }
-};
 
 template <typename T, typename Acc, typename W>
 struct LayerNormFwdOp {
@@ -61,26 +31,11 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    Acc mu;
-    Acc var;
-    if constexpr (PrefersOneRound<Row>::value) {
-      const Acc count = static_cast<Acc>(row.LocalCount());
-      const Acc sum = row.ReduceLocal(SumOp{}, [](const Acc* x, int64_t) { return x[0]; });
-      const Acc mean = count > 0 ? sum / count : Acc(0);
-      const Acc m2 = row.ReduceLocal(SumOp{}, [mean](const Acc* x, int64_t) {
-        const Acc d = x[0] - mean;
-        return d * d;
-      });
-      const Array<Acc, 3> st = row.AllReduce(Array<Acc, 3>{{count, mean, m2}}, MeanM2Op{});
-      mu = st[1];
-      var = st[2] / n;
-    } else {
-      mu = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0]; }) / n;
-      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-        const Acc d = x[0] - mu;
-        return d * d;
-      }) / n;
-    }
+    const Acc mu = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0]; }) / n;
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
     StoreWith(
         row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
@@ -108,29 +63,12 @@ struct LayerNormBwdOp {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
     // μ and (Σ(x − μ)², Σg, Σ(x − μ)·g)
-    Acc mu;
-    Array<Acc, 3> s;
-    if constexpr (PrefersOneRound<Row>::value) {
-      const Acc count = static_cast<Acc>(row.LocalCount());
-      const Acc sum = row.ReduceLocal(SumOp{}, [](const Acc* v, int64_t) { return v[0]; });
-      const Acc mean = count > 0 ? sum / count : Acc(0);
-      const Array<Acc, 3> part = row.ReduceLocal(SumOp{}, [mean, w](const Acc* v, int64_t col) {
-        const Acc d = v[0] - mean;
-        const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
-        return Array<Acc, 3>{{d * d, g, d * g}};
-      });
-      const Array<Acc, 5> st =
-          row.AllReduce(Array<Acc, 5>{{count, mean, part[0], part[1], part[2]}}, MeanM2Op{});
-      mu = st[1];
-      s = Array<Acc, 3>{{st[2], st[3], st[4]}};
-    } else {
-      mu = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0]; }) / n;
-      s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
-        const Acc d = v[0] - mu;
-        const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
-        return Array<Acc, 3>{{d * d, g, d * g}};
-      });
-    }
+    const Acc mu = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0]; }) / n;
+    const Array<Acc, 3> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
+      const Acc d = v[0] - mu;
+      const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
+      return Array<Acc, 3>{{d * d, g, d * g}};
+    });
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
     const Acc mean_g = s[1] / n;
     const Acc c = r * r * s[2] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)

@@ -20,9 +20,9 @@ namespace rownorm {
 
 constexpr int kWarpSize = 32;
 
-// Bytes of one shared-memory slot of a reduction value: up to five doubles (LayerNorm's
-// backward merges (count, mean, M2, Σg, Σ(x − mean)·g) in one all-reduce).
-constexpr int kReduceSlotBytes = 40;
+// Bytes of one shared-memory slot of a reduction value: up to four doubles (LayerNorm's
+// backward reduces three statistics at once).
+constexpr int kReduceSlotBytes = 32;
 
 template <typename T, int K>
 ROWNORM_HOST_DEVICE Array<T, K> operator+(const Array<T, K>& a, const Array<T, K>& b) {
@@ -72,12 +72,11 @@ struct MaxOp {
   }
 };
 
-// Whether an op body should make statistics that take two all-reduces (LayerNorm's mean and
-// variance, softmax's max and Σ exp) from per-thread partials merged in one all-reduce
-// (row.ReduceLocal / row.AllReduce / row.LocalCount): rows whose all-reduce is a cluster
-// barrier (CachedRow on the cluster tier) say so with kOneRound = true. Elsewhere a second
-// barrier costs less than the merge (measured, H100 bf16 softmax at N = 16384 on the CTA tier:
-// 99% of copy with two all-reduces, 88% with the merged pairs).
+// Whether an op body should make statistics that take two all-reduces (softmax's max and
+// Σ exp) from per-thread partials merged in one all-reduce (row.ReduceLocal / row.AllReduce):
+// rows whose all-reduce is a cluster barrier (CachedRow on the cluster tier) say so with
+// kOneRound = true. Elsewhere a second barrier costs about what the merge does
+// (benchmarks/results/h100/NOTES.md §6).
 template <class Row, class = void>
 struct PrefersOneRound : std::false_type {};
 template <class Row>

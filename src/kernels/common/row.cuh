@@ -10,11 +10,10 @@
 //   row.Size(), row.Index()  the row length and the row's number;
 //   row.Leader()             true in exactly one thread of the team (per-row side outputs);
 //   Row::kCached             whether another Reduce is free (row in registers) or re-reads it.
-// and, for statistics that need one all-reduce where Reduce would need two (LayerNorm's mean
-// and variance, softmax's max and Σ exp), on rows with kOneRound (PrefersOneRound):
+// and, for statistics that need one all-reduce where Reduce would need two (softmax's max and
+// Σ exp), on rows with kOneRound (PrefersOneRound):
 //   V    row.ReduceLocal(op, f)  the same reduction over this thread's elements only;
-//   V    row.AllReduce(v, op)    v combined over the team (Reduce = AllReduce ∘ ReduceLocal);
-//   int  row.LocalCount()        how many elements of the row this thread holds.
+//   V    row.AllReduce(v, op)    v combined over the team (Reduce = AllReduce ∘ ReduceLocal).
 // (x[i] is input i at column col, in the accumulator type.) The same body then runs in
 // every tier, which only differ in where the row lives and who shares it:
 //
@@ -156,13 +155,6 @@ class RowBase {
   ROWNORM_DEVICE int64_t Index() const { return row_; }
   ROWNORM_DEVICE bool Leader() const {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
-  }
-  ROWNORM_DEVICE int LocalCount() const {
-    const int64_t packs =
-        own_.first_vec < own_.vec_end
-            ? (own_.vec_end - own_.first_vec + Team::kThreads - 1) / Team::kThreads
-            : 0;
-    return static_cast<int>(packs) * kVec + (own_.head_col >= 0) + (own_.tail_col >= 0);
   }
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
