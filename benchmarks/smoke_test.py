@@ -438,7 +438,14 @@ def run_cpu_seeds() -> None:
             assert rows and not bad, bad
             assert len({r["workload"] for r in rows}) == 6
             channel = [r for r in rows if "seed 001" in r["workload"]]
-            assert {r["impl"] for r in channel} == {"rownorm", "eager_expr", "compile_expr"}
+            assert {r["impl"] for r in channel} == {
+                "rownorm",
+                "eager_expr",
+                "compile_expr",
+                bench.SAME_BYTES_COPY,  # a copy of the workload's own bytes, timed alike
+            }
+            copies = [r for r in rows if r["impl"] == bench.SAME_BYTES_COPY]
+            assert len(copies) == 6 and all(float(r["ms"]) > 0 for r in copies), copies
             assert all(r["N"] == "2" for r in channel)  # 64 // 64 channels, dim=1
     finally:
         bench.OPS.clear()
