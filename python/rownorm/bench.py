@@ -1417,12 +1417,13 @@ class Runner:
     def _result(
         self,
         cfg: Config,
-        impl: Impl,
+        impl: Impl | str,
         ms: float | None,
         err: float | None,
         status: str,
         note: str = "",
     ) -> Result:
+        """The result of ``impl`` (an implementation, or a name such as SAME_BYTES_COPY)."""
         gbps = cfg.nbytes / (ms * 1e6) if ms else None
         copy = self.info.copy_gbps
         pct = 100.0 * gbps / copy if gbps and copy else None
@@ -1432,7 +1433,7 @@ class Runner:
             dtype=str(cfg.dtype).removeprefix("torch."),
             M=cfg.m,
             N=cfg.n,
-            impl=impl.name,
+            impl=impl if isinstance(impl, str) else impl.name,
             ms=ms,
             gbps=gbps,
             pct=pct,
@@ -1504,26 +1505,13 @@ class Runner:
         """A copy moving a seed workload's bytes (half read, half written), timed like the ops:
         the floor for a problem this size, launch and ramp included, which the copy limit of
         the big buffer does not show for small workloads."""
+        ms, _ = measure_copy_time(self._timer(), cfg.nbytes // 2)
+        return self._result(cfg, SAME_BYTES_COPY, ms, None, "ok")
+
+    def _timer(self) -> Timer:
         if self.timer is None:
             self.timer = Timer(self.device)
-        ms, _ = measure_copy_time(self.timer, cfg.nbytes // 2)
-        gbps = cfg.nbytes / (ms * 1e6)
-        copy = self.info.copy_gbps
-        return Result(
-            op=cfg.spec.name,
-            mode=cfg.mode,
-            dtype=str(cfg.dtype).removeprefix("torch."),
-            M=cfg.m,
-            N=cfg.n,
-            impl=SAME_BYTES_COPY,
-            ms=ms,
-            gbps=gbps,
-            pct=100.0 * gbps / copy if copy else None,
-            nbytes=cfg.nbytes,
-            rel_err=None,
-            status="ok",
-            workload=cfg.workload,
-        )
+        return self.timer
 
     def _measure(
         self, cfg: Config, impl: Impl, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
@@ -1561,11 +1549,9 @@ class Runner:
     def _time(
         self, cfg: Config, fn: Fn, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
     ) -> float:
-        if self.timer is None:
-            self.timer = Timer(self.device)
         args = self.args
         return time_impl(
-            self.timer,
+            self._timer(),
             fn,
             inputs,
             cfg.mode,
