@@ -352,7 +352,7 @@ else
     # ... and the tier-edge tests again with the pre-Hopper tier table (no clusters). The CPU
     # tests are CI's (`.ci/run`); here they would double the time (oversubscribed CPU ops).
     phases=("-q -m 'cuda and not large' -n $workers" '-q -m large'
-      "ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' -k gpu_tiers -n $workers")
+      "ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' -k tier_edges -n $workers")
   fi
   rc=0
   line=""

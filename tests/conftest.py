@@ -1,17 +1,41 @@
-"""pytest configuration of the rownorm tests: markers, the device fixture, per-test seeds.
+"""pytest configuration of the rownorm tests: markers, the device fixture, per-test seeds and
+the hypothesis profiles.
 
 The tests import the installed package (``import rownorm``), never the source tree, so they
 run the same against an in-place build (``PYTHONPATH=python``) and an installed wheel.
+
+Hypothesis profiles (``ROWNORM_HYPOTHESIS_PROFILE``): ``ci`` (the default: few examples, a
+fixed derandomized sequence, so CI's CPU run is fast and reproducible) and ``gpu`` (thousands
+of random examples, for a run on a GPU machine).
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import pytest
 import rownorm  # noqa: F401  (loads the library: torch.ops.rownorm.* exist from here on)
 import torch
+from hypothesis import HealthCheck, settings
 from utils import HAS_CUDA
+
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "gpu",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("ROWNORM_HYPOTHESIS_PROFILE", "ci"))
 
 # CPU always; CUDA where a GPU is present (skipped, not silently dropped, where it is not).
 DEVICES = [

@@ -25,12 +25,14 @@ import math
 import pytest
 import rownorm
 import torch
-from op_table import OPS, ROW_INPUTS, check_grads
 from utils import (
     HAS_CUDA,
+    OPS,
+    ROW_INPUTS,
     assert_grad_matches,
     assert_matches,
     assert_unit_rows,
+    check_grads,
     free_bytes,
     gib,
     l2,

@@ -138,15 +138,20 @@ def autograd_grads(op: OpInfo, inp, dim: int, dys=None, *, frozen=()):
     return outs, dys, dict(zip(wrt, grads, strict=True))
 
 
-def check_grads(op: OpInfo, inp, dim: int, dys, got: dict, *, what: str = "") -> None:
-    """Every gradient in ``got`` (None: not computed) equals the float64 reference backward,
-    errors measured against the terms it is computed from (``op.grad_magnitudes``).
+def reference_grads(op: OpInfo, inp, dim: int, dys) -> tuple[dict, dict]:
+    """(reference gradients, their magnitudes) for the output gradients ``dys``.
 
     The reference takes the parameters in float64 (same values), so that its parameter
     gradients are not rounded to a 16-bit parameter dtype before a float32 one is compared."""
     ref_inp = {k: (v if k in ROW_INPUTS else v.double()) for k, v in inp.items()}
-    refs = op.reference_grads(dys, ref_inp, dim)
-    mag = op.grad_magnitudes(dys, inp, dim)
+    return op.reference_grads(dys, ref_inp, dim), op.grad_magnitudes(dys, inp, dim)
+
+
+def check_grads(op: OpInfo, inp, dim: int, dys, got: dict, *, what: str = "", refs=None) -> None:
+    """Every gradient in ``got`` (None: not computed) equals the float64 reference backward,
+    errors measured against the terms it is computed from (``op.grad_magnitudes``);
+    ``refs``: :func:`reference_grads` already computed for these ``dys``."""
+    refs, mag = reference_grads(op, inp, dim, dys) if refs is None else refs
     n = inp["x"].shape[dim] if inp["x"].dim() else 0
     for name, g in got.items():
         if g is None:
@@ -168,13 +173,14 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
     for name, g in got.items():
         assert g is not None, f"{op} {what}: no gradient for {name}"
         assert g.dtype == inp[name].dtype and g.shape == inp[name].shape, f"{op} {what} d{name}"
-    check_grads(op, inp, dim, dys, got, what=what + " autograd")
+    refs = reference_grads(op, inp, dim, dys)
+    check_grads(op, inp, dim, dys, got, what=what + " autograd", refs=refs)
     if raw:
-        want = frozenset(op.params)
+        want = frozenset(p for p in op.params if p in inp)
         detached = tuple(o.detach() for o in outs)
         got_raw = op.raw_backward(dys, inp, dim, detached, want)
         acc = torch.float64 if inp["x"].dtype == torch.float64 else torch.float32
         for name in want:
             assert got_raw[name].dtype == acc, f"{op} {what} raw d{name}: {got_raw[name].dtype}"
-        check_grads(op, inp, dim, dys, got_raw, what=what + " raw backward")
+        check_grads(op, inp, dim, dys, got_raw, what=what + " raw backward", refs=refs)
     return outs, dys, got

@@ -132,13 +132,16 @@ DIM_CASES: dict[str, Callable[..., tuple[torch.Tensor, int]]] = {
     "1d": lambda n, dt, dev: (randn((n,), dt, dev), 0),
     "last_3d": lambda n, dt, dev: (randn((3, 2, n), dt, dev), -1),
     "first": lambda n, dt, dev: (randn((n, 5), dt, dev), 0),
+    "middle": lambda n, dt, dev: (randn((3, n, 5), dt, dev), 1),
     "middle_negative": lambda n, dt, dev: (randn((3, n, 5), dt, dev), -2),
     "nchw_channels": lambda n, dt, dev: (randn((2, n, 3, 4), dt, dev), 1),
     # inner = 272: a multiple of the 16-byte pack and more than one tile of columns (the packed
     # strided-dim kernel for N <= 64), with a partial last tile.
     "nchw_wide": lambda n, dt, dev: (randn((2, n, 16, 17), dt, dev), 1),
-    # inner = 40: packed, a single partial tile.
-    "nchw_packed": lambda n, dt, dev: (randn((3, n, 8, 5), dt, dev), 1),
+    # inner = 256: whole tiles of packed columns (two of fp32, one of 16-bit).
+    "nchw_full_tiles": lambda n, dt, dev: (randn((3, n, 16, 16), dt, dev), 1),
+    # inner = 40: a multiple of the pack, but less than a tile: one column per thread.
+    "nchw_narrow": lambda n, dt, dev: (randn((3, n, 8, 5), dt, dev), 1),
     "nhwc_channels": lambda n, dt, dev: (
         randn((2, n, 3, 4), dt, dev).to(memory_format=torch.channels_last),
         1,

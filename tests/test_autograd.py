@@ -1,0 +1,276 @@
+"""Autograd and the backward ops beyond matching the reference: determinism, batch invariance,
+``needs_input_grad``, unused outputs, unrequested parameter gradients, gradcheck, second order.
+
+Specification (DESIGN §2): parameter gradients are deterministic (chunk partials added in a
+fixed order, no float atomics): bit-identical run to run, and a batch's is the sum of its
+parts'; a row's output and dx do not depend on the rows around it; a frozen input gets no
+gradient and its parameter gradient is not computed; the backward ops return (0,)-shaped
+parameter gradients when not asked; first-order only (l2_normalize has a double backward).
+
+Why the grid is what it is: determinism and batch invariance run per op case with
+parameters (the parameter-gradient kernels: chunk partials of several chunks, the fused
+column sums on aligned rows, the two-pass path on odd N) and per op family for the rows;
+gradcheck runs in float64 on small shapes of every op case (reduced dim last, middle and
+first, where the op allows), generated from the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from utils import (
+    DIM_CASES,
+    OPS,
+    ROW_INPUTS,
+    assert_matches,
+    check_grads,
+    dtype_id,
+    families,
+    param_grad_dtype,
+    randn,
+    random_grads,
+    raw_case,
+)
+
+PARAM_OPS = [op_id for op_id, op in OPS.items() if op.params]
+
+
+@pytest.mark.parametrize("op_id", PARAM_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_param_grads_deterministic(device, op_id, dtype):
+    """The same inputs give bit-identical dweight / dbias; they equal the reference; and
+    Σ_rows is linear: a batch's gradient is the sum of its halves' (to rounding). Shapes:
+    many chunks of aligned rows (fused sums), odd N (the two-pass chunk partials), long rows."""
+    op = OPS[op_id]
+    shapes = [(4099, 257), (4099, 256), (65, 4097), (3, 65537)]
+    if torch.device(device).type == "cpu":  # one loop over columns: one small shape
+        shapes = [(259, 33)]
+    for shape in shapes:
+        inp = op.inputs(randn(shape, dtype, device), -1)
+        case = raw_case(op, inp["x"])
+        outs = case.raw(inp, -1)
+        dys = random_grads(outs)
+        want = frozenset(op.params)
+        first = case.raw_backward(dys, inp, -1, outs, want)
+        check_grads(case, inp, -1, dys, first, what=str(shape))
+        again = case.raw_backward(dys, inp, -1, outs, want)
+        for name in ("x", *op.params):
+            assert torch.equal(first[name], again[name]), f"{shape}: d{name} differs between runs"
+        h = shape[0] // 2
+        parts = []
+        for sl in (slice(0, h), slice(h, None)):
+            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+            sub_outs = tuple(o[sl] for o in outs)
+            parts.append(case.raw_backward(tuple(d[sl] for d in dys), sub, -1, sub_outs, want))
+        mags = case.grad_magnitudes(dys, inp, -1)
+        for name in op.params:
+            total = (parts[0][name].double() + parts[1][name].double()).to(first[name].dtype)
+            assert_matches(first[name], total, magnitude=mags[name], what=f"{shape} halves")
+        # dx of a row does not depend on the rows around it (bit-identical) where the
+        # halves' rows keep their 16-byte alignment (see test_forward_backward_batch_invariant).
+        if shape[-1] % 8 == 0:
+            for sl, part in zip((slice(0, h), slice(h, None)), parts, strict=True):
+                assert torch.equal(part["x"], first["x"][sl]), f"{shape}: dx depends on the batch"
+
+
+@pytest.mark.parametrize("op_id", families())
+def test_forward_backward_batch_invariant(device, op_id):
+    """A row's output and dx are bit-identical whatever the batch it is computed in.
+
+    The guarantee holds for rows that keep their 16-byte alignment: with N a multiple of the
+    pack width every row of a contiguous tensor starts aligned. A row of odd N moved to
+    another alignment may take another vector width and round differently in the last bit
+    (README, Limitations)."""
+    op = OPS[op_id]
+    for n in (32, 1024, 4096):
+        inp = op.inputs(randn((37, n), torch.float32, device), -1)
+        case = raw_case(op, inp["x"])
+        outs = case.raw(inp, -1)
+        dys = random_grads(outs)
+        got = case.raw_backward(dys, inp, -1, outs, frozenset())
+        for sl in (slice(0, 1), slice(5, 6), slice(3, 20), slice(36, 37)):
+            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+            sub_outs = case.raw(sub, -1)
+            for o, so in zip(outs, sub_outs, strict=True):
+                assert torch.equal(o[sl], so), f"N={n} rows {sl}: output depends on the batch"
+            sub_got = case.raw_backward(tuple(d[sl] for d in dys), sub, -1, sub_outs, frozenset())
+            assert torch.equal(got["x"][sl], sub_got["x"]), f"N={n} rows {sl}: dx differs"
+
+
+@pytest.mark.parametrize("op_id", PARAM_OPS)
+def test_param_grads_not_requested(device, op_id):
+    """weight_grad / bias_grad False: shape (0,) in the accumulator dtype; dx unchanged."""
+    op = OPS[op_id]
+    for case_name in ("last_3d", "middle"):
+        x, dim = DIM_CASES[case_name](33, torch.float32, device)
+        if not op.supports(x, dim):
+            continue
+        inp = op.inputs(x, dim)
+        case = raw_case(op, x)
+        outs = case.raw(inp, dim)
+        dys = random_grads(outs)
+        full = case.raw_backward(dys, inp, dim, outs, frozenset(op.params))
+        none = case.raw_backward(dys, inp, dim, outs, frozenset(), every=True)
+        for name in op.params:
+            assert full[name].shape == (x.shape[dim],)
+            assert none[name].shape == (0,)
+            assert none[name].dtype == param_grad_dtype(x) == full[name].dtype
+            assert none[name].device == x.device
+        assert torch.equal(none["x"], full["x"]), "dx depends on whether dweight was asked for"
+        if len(op.params) > 1:  # one of several
+            for want in op.params:
+                one = case.raw_backward(dys, inp, dim, outs, frozenset({want}), every=True)
+                for name in op.params:
+                    assert one[name].shape == ((x.shape[dim],) if name == want else (0,))
+                assert torch.equal(one[want], full[want])
+
+
+class OpLog(TorchDispatchMode):
+    """Records the rownorm ops dispatched (with their arguments) while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "rownorm":
+            self.calls.append((func.overloadpacket.__name__, args))
+        return func(*args, **(kwargs or {}))
+
+
+def _frozen_cases() -> list:
+    """(op id, frozen inputs): each parameter alone, every input but x, and x with the first
+    parameter, for every op case with parameters."""
+    cases = []
+    for op_id in PARAM_OPS:
+        names = OPS[op_id].input_names
+        sets = [(p,) for p in OPS[op_id].params] + [("x",), names[1:]]
+        if len(names) > 2:
+            sets.append(("x", names[1]))
+        cases += [pytest.param(op_id, s, id=f"{op_id}-{'+'.join(s)}") for s in dict.fromkeys(sets)]
+    return cases
+
+
+@pytest.mark.parametrize(("op_id", "frozen"), _frozen_cases())
+def test_needs_input_grad(device, op_id, frozen):
+    """A frozen input gets no gradient, the others the right one, and the backward op is not
+    asked for the gradient of a frozen parameter (weight_grad / bias_grad False)."""
+    op = OPS[op_id]
+    for dtype in (torch.float32, torch.bfloat16):
+        inp = op.inputs(randn((11, 129), dtype, device), -1)
+        leaves = {k: v.detach().requires_grad_(k not in frozen) for k, v in inp.items()}
+        with OpLog() as log:
+            outs = op.call(leaves, -1)
+            dys = random_grads(outs)
+            torch.autograd.backward(outs, dys)
+        for k, leaf in leaves.items():
+            if k in frozen:
+                assert leaf.grad is None, f"frozen {k} got a gradient"
+        got = {k: leaf.grad for k, leaf in leaves.items() if k not in frozen}
+        assert all(g is not None for g in got.values()), got.keys()
+        check_grads(raw_case(op, inp["x"]), inp, -1, dys, got, what=f"frozen {frozen}")
+        (args,) = [a for name, a in log.calls if name == op.name + "_backward"]
+        flags = [a for a in args if isinstance(a, bool)][-len(op.params) :]
+        for name, flag in zip(op.params, flags, strict=True):
+            assert flag is (name not in frozen), f"{name}_grad={flag} with {frozen} frozen"
+
+
+@pytest.mark.parametrize("op_id", [k for k, op in OPS.items() if op.n_outputs > 1])
+def test_one_output_used(device, op_id):
+    """Only the first output, only the second, or both reach the loss: the gradients are those
+    of what was used (add_rms_norm: out and r = x + residual)."""
+    op = OPS[op_id]
+    for dtype in (torch.float32, torch.bfloat16):
+        for used in ((0,), (1,), (0, 1)):
+            inp = op.inputs(randn((9, 257), dtype, device), -1)
+            leaves = {k: v.detach().requires_grad_(True) for k, v in inp.items()}
+            outs = op.call(leaves, -1)
+            dys = tuple(randn(o.shape, dtype, device) if i in used else None
+                        for i, o in enumerate(outs))  # fmt: skip
+            sum((o * g).sum() for o, g in zip(outs, dys, strict=True) if g is not None).backward()
+            got = {k: leaf.grad for k, leaf in leaves.items()}
+            if used == (1,) and "weight" in leaves:
+                # The weight does not reach r: no gradient (None) or a zero one.
+                assert got["weight"] is None or torch.count_nonzero(got["weight"]) == 0
+                del got["weight"]
+            assert torch.equal(got["x"], got["residual"])
+            check_grads(raw_case(op, inp["x"]), inp, -1, dys, got, what=f"used={used}")
+            # The backward op: an absent second gradient counts as zeros.
+            case = raw_case(op, inp["x"])
+            detached = tuple(o.detach() for o in outs)
+            if used == (0,):
+                zeros = (dys[0], torch.zeros_like(dys[0]))
+                a = case.raw_backward(dys, inp, -1, detached, frozenset(op.params))
+                b = case.raw_backward(zeros, inp, -1, detached, frozenset(op.params))
+                assert torch.equal(a["x"], b["x"])
+
+
+# ---------------------------------------------------------------------------------------------
+# gradcheck (float64), second order
+
+
+def _gradcheck_cases() -> list:
+    """Every op case with the reduced dim last, in the middle and first (where the op allows);
+    layer_norm with one parameter; the normalizations with rows on both sides of a clamping
+    eps."""
+    cases = []
+    for op_id, op in OPS.items():
+        wheres = [("rows", (4, 9), -1)]
+        if not op.last_dim_only:
+            wheres += [("middle", (2, 5, 3), 1), ("dim0", (7, 3), 0)]
+        cases += [pytest.param(op_id, {}, s, d, id=f"{op_id}-{w}") for w, s, d in wheres]
+        if len(op.params) > 1:
+            cases += [pytest.param(op_id, {"params": (p,)}, (3, 6, 4), 1, id=f"{op_id}-{p}-only")
+                      for p in op.params]  # fmt: skip
+        if op.name in ("l2_normalize", "l1_normalize"):
+            cases.append(pytest.param(op_id, {"eps": 1.0}, (4, 6), -1, id=f"{op_id}-clamped"))
+    return cases
+
+
+def _gradcheck_inputs(op, shape, dim, device):
+    x = randn(shape, torch.float64, device)
+    if op.name in ("l2_normalize", "l1_normalize") and op.eps > 0.1:
+        # Alternate rows at 0.2·eps and 3·eps: far from the clamp's kink.
+        moved = x.movedim(dim, -1)
+        if op.name == "l2_normalize":
+            s = torch.linalg.vector_norm(moved, dim=-1, keepdim=True)
+        else:
+            s = moved.abs().sum(-1, keepdim=True) / (moved.shape[-1] if op.mean else 1)
+        scale = torch.tensor([0.2, 3.0], dtype=torch.float64, device=device).repeat(8)
+        x = (moved / s * op.eps * scale[: moved.shape[0], None]).movedim(-1, dim).contiguous()
+    return op.inputs(x, dim)
+
+
+@pytest.mark.parametrize(("op_id", "overrides", "shape", "dim"), _gradcheck_cases())
+def test_gradcheck(device, op_id, overrides, shape, dim):
+    op = dataclasses.replace(OPS[op_id], **overrides)
+    inp = _gradcheck_inputs(op, shape, dim, device)
+    names = op.grad_inputs(inp)
+
+    def fn(*tensors):
+        return op.call(dict(zip(names, tensors, strict=True)), dim)
+
+    args = tuple(inp[k].detach().requires_grad_(True) for k in names)
+    assert torch.autograd.gradcheck(fn, args)
+    # Transposed storage (same values): the made-contiguous route, differentiated.
+    if len(shape) == 2 and dim == -1:
+        args = tuple(a.detach().t().contiguous().t().requires_grad_(True) if a.dim() == 2
+                     else a for a in args)  # fmt: skip
+        assert not args[0].is_contiguous()
+        assert torch.autograd.gradcheck(fn, args)
+
+
+@pytest.mark.parametrize("op_id", [k for k, op in families().items() if op.name != "l2_normalize"])
+def test_double_backward_raises(device, op_id):
+    """Second-order gradients are not supported (l2_normalize excepted): differentiating the
+    backward raises a clear error instead of silently returning a wrong second-order term."""
+    op = OPS[op_id]
+    inp = op.inputs(randn((3, 8), torch.float64, device), -1)
+    leaves = {k: v.detach().requires_grad_(True) for k, v in inp.items()}
+    outs = op.call(leaves, -1)
+    grads = torch.autograd.grad(outs, list(leaves.values()), random_grads(outs), create_graph=True)
+    with pytest.raises((RuntimeError, NotImplementedError), match="double backward"):
+        torch.autograd.grad(sum(g.square().sum() for g in grads), leaves["x"])

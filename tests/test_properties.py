@@ -1,0 +1,192 @@
+"""Property tests (hypothesis): random op cases, dtypes, shapes, reduced dims, layouts and
+values against the float64 reference, forward and backward.
+
+Why the grid is what it is: the curated grids elsewhere test each code path once; these
+properties cross the axes at random instead of in full (which is what made the old grid
+large) and shrink a failure to a minimal shape. Shapes have rank 1-4 with sizes 0-6 outside
+the reduced dim; the reduced length is short, or (CUDA) a tier edge of the dtype's element
+size from the tier-table mirror. Layouts: contiguous, a misaligned start (storage offset),
+sliced rows (a row stride), a permuted storage order, a step along an outer dim, and stride-0
+(expanded) dims, the reduced one included. Values: normal, scaled by 1e-3 .. 1e3, zero rows,
+constant rows, and NaN entries (forward: NaN exactly where the reference has it).
+
+Profiles (``ROWNORM_HYPOTHESIS_PROFILE``, tests/conftest.py): ``ci`` (default) runs a few
+dozen derandomized examples per test; ``gpu`` runs thousands.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from rownorm.testing.tiers import tier_edge_lengths
+from utils import (
+    DTYPES,
+    OPS,
+    assert_matches,
+    check_backward,
+    check_outputs,
+    randn,
+    raw_case,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+
+LAYOUT_KINDS = ("contiguous", "offset", "sliced", "permuted", "step", "expanded")
+VALUE_KINDS = ("normal", "scaled", "zero_rows", "constant_rows", "nan")
+MAX_ELEMS = {"cpu": 1 << 15, "cuda": 1 << 21}
+# The normalizations clamp their norm with a max that drops a NaN norm (max(NaN, eps) = eps),
+# so a row holding a NaN comes out finite where F.normalize gives NaN. A known divergence,
+# pinned by test_correctness.test_normalize_propagates_nan (strict xfail): drawn without NaN
+# here until it is fixed.
+NAN_DROPPING = ("l2_normalize", "l1_normalize")
+
+
+@st.composite
+def problems(draw, device: str):
+    """(op, inputs, dim, description) of a random problem."""
+    op = draw(st.sampled_from(list(OPS.values())))
+    dtype = draw(st.sampled_from(DTYPES))
+    rank = draw(st.integers(1, 4))
+    shape = draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank))
+    dim = rank - 1 if op.last_dim_only else draw(st.integers(-rank, rank - 1))
+    lengths = st.integers(1, 80)
+    if device == "cuda":
+        edges = tier_edge_lengths(torch.empty((), dtype=dtype).element_size())
+        lengths = lengths | st.sampled_from(edges)
+    shape[dim] = draw(lengths)
+    others = math.prod(s for i, s in enumerate(shape) if i != dim % rank)
+    while others * shape[dim] > MAX_ELEMS[device] and others > 1:  # bounded memory and time
+        i = max((i for i in range(rank) if i != dim % rank), key=lambda i: shape[i])
+        shape[i] = max(1, shape[i] // 2)
+        others = math.prod(s for i, s in enumerate(shape) if i != dim % rank)
+    layout = draw(st.sampled_from(LAYOUT_KINDS))
+    values = draw(st.sampled_from(VALUE_KINDS))
+    if values == "nan" and op.name in NAN_DROPPING:
+        values = "normal"  # (see NAN_DROPPING)
+    with_params = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31 - 1))
+    torch.manual_seed(seed)
+    make = _layout(draw, layout, shape, dim, rank)
+    x = _values(draw, values, make(dtype, device), dim)
+    res = _values(draw, "normal", make(dtype, device), dim) if op.residual else None
+    inp = op.inputs(x, dim, residual=res)
+    if not with_params:
+        inp = {k: v for k, v in inp.items() if k in op.row_inputs}
+    desc = f"{op.id} {dtype} {tuple(shape)} dim={dim} {layout} {values} params={with_params}"
+    return op, inp, dim, desc, values
+
+
+def _layout(draw, kind: str, shape: list[int], dim: int, rank: int):
+    """A builder (dtype, device) -> tensor of ``shape`` in the layout ``kind``."""
+    shape = tuple(shape)
+    if kind == "offset":  # a storage offset: rows not 16-byte aligned
+        k = draw(st.integers(1, 7))
+        n = math.prod(shape)
+        return lambda dt, dev: randn((n + k,), dt, dev)[k:].view(shape)
+    if kind == "sliced":  # padded last dim, sliced: a row stride, maybe a start offset
+        pad = draw(st.integers(1, 9))
+        start = draw(st.integers(0, pad))
+        big = (*shape[:-1], shape[-1] + pad)
+        return lambda dt, dev: randn(big, dt, dev)[..., start : start + shape[-1]]
+    if kind == "permuted":  # stored in another dim order
+        perm = draw(st.permutations(range(rank)))
+        inv = [perm.index(i) for i in range(rank)]
+        stored = tuple(shape[p] for p in perm)
+        return lambda dt, dev: randn(stored, dt, dev).permute(*inv)
+    if kind == "step":  # every other element along a dim
+        i = draw(st.integers(0, rank - 1))
+        big = tuple(s * 2 if j == i else s for j, s in enumerate(shape))
+        index = tuple(slice(None, None, 2) if j == i else slice(None) for j in range(rank))
+        return lambda dt, dev: randn(big, dt, dev)[index]
+    if kind == "expanded":  # stride 0 along one dim (the reduced one, possibly)
+        i = draw(st.integers(0, rank - 1))
+        small = tuple(1 if j == i else s for j, s in enumerate(shape))
+        return lambda dt, dev: randn(small, dt, dev).expand(shape)
+    return lambda dt, dev: randn(shape, dt, dev)
+
+
+def _values(draw, kind: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    if x.numel() == 0 or kind == "normal":
+        return x
+    if kind == "scaled":
+        return (x.double() * 10.0 ** draw(st.integers(-3, 3))).to(x.dtype)
+    x = x.clone()  # (a writable copy of expanded layouts keeps their strides only if dense)
+    moved = x.movedim(dim, -1)
+    row = draw(st.integers(0, max(0, moved.numel() // moved.shape[-1] - 1)))
+    flat_index = torch.unravel_index(torch.tensor(row), moved.shape[:-1]) if moved.dim() > 1 else ()
+    target = moved[tuple(int(i) for i in flat_index)]
+    if kind == "zero_rows":
+        target.zero_()
+    elif kind == "constant_rows":
+        target.fill_(draw(st.sampled_from([0.5, -2.0, 3.0])))
+    elif kind == "nan":
+        target[draw(st.integers(0, target.numel() - 1))] = float("nan")
+    return x
+
+
+def _check(op, inp, dim, desc, values, device):
+    x = inp["x"]
+    if x.numel() == 0:
+        outs = op.call(inp, dim)
+        assert all(o.shape == x.shape for o in outs), desc
+        return
+    outs = op.call(inp, dim)
+    refs = op.reference(inp, dim)
+    if values == "nan":  # NaN where the reference has it, the other rows as usual
+        for o, r in zip(outs, refs, strict=True):
+            assert_matches(o, r, dim=dim, what=desc)
+        return
+    # (layer_norm's constant rows: dweight is the accumulator's rounding noise, see OpInfo)
+    check_outputs(op, inp, dim, outs, what=desc, vs_torch=False)
+    if not (values == "constant_rows" and op.name == "layer_norm" and "weight" in inp):
+        check_backward(raw_case(op, x), inp, dim, what=desc)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_matches_reference(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+    @given(problems(device))
+    def run(problem):
+        op, inp, dim, desc, values = problem
+        _check(op, inp, dim, desc, values, device)
+
+    run()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_rows_are_independent(device):
+    """Changing one row (to NaN) changes no other row's output or dx, bit for bit: a row's
+    result does not depend on its neighbours' values."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+    @given(problems(device))
+    def run(problem):
+        op, inp, dim, desc, _ = problem
+        x = inp["x"]
+        if x.numel() == 0 or x.numel() == x.shape[dim]:
+            return
+        case = raw_case(op, x)
+        outs = case.raw(inp, dim)
+        dys = tuple(torch.ones_like(o) for o in outs)
+        got = case.raw_backward(dys, inp, dim, outs)
+        bad = {**inp, "x": x.clone()}
+        bad["x"].movedim(dim, -1).reshape(-1, x.shape[dim])  # (a view when possible)
+        moved = bad["x"].movedim(dim, -1)
+        moved[(0,) * (moved.dim() - 1)] = float("nan")
+        bad_outs = case.raw(bad, dim)
+        bad_got = case.raw_backward(dys, bad, dim, bad_outs)
+        keep = ~torch.isnan(moved).any(-1)
+        for a, b in ((o, bo) for o, bo in zip(outs, bad_outs, strict=True)):
+            a_rows, b_rows = a.movedim(dim, -1)[keep], b.movedim(dim, -1)[keep]
+            assert torch.equal(a_rows, b_rows), f"{desc}: another row's output changed"
+        dx, bad_dx = got["x"].movedim(dim, -1)[keep], bad_got["x"].movedim(dim, -1)[keep]
+        assert torch.equal(dx, bad_dx), f"{desc}: another row's dx changed"
+
+    run()

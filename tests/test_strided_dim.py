@@ -1,0 +1,64 @@
+"""Reductions over a dim that is not the last: the strided-dim path, per op family.
+
+Why the grid is what it is: on CUDA a reduction over a non-last dim of a contiguous
+(outer, N, inner) tensor runs its own kernels, chosen by N and inner only: columns of up to 64
+elements are cached in registers (one read), longer ones streamed (two reads); inner a
+multiple of the 16-byte pack and at least one tile of columns, with aligned operands, runs the
+packed kernel (several columns per thread), with a partial last tile when inner is not a
+multiple of the tile. The op body is the only op-specific part, so one id per (op family,
+dtype, device) iterates the dim positions of :data:`rownorm.testing.samples.DIM_CASES` × N
+on both sides of the register cache's edge (64), forward, backward (autograd and the raw
+op) and with poisoned outputs. The CPU makes the tensor contiguous and runs one loop for
+every position (inner == 1 or not is its only variable), so it runs three positions and two
+N. add_rms_norm reduces the last dim only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from utils import (
+    DIM_CASES,
+    DTYPES,
+    OPS,
+    check_backward,
+    check_forward,
+    dtype_id,
+    families,
+    param_grad_dtype,
+    poison_blocks,
+    raw_case,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+
+STRIDED_OPS = [op_id for op_id, op in families().items() if not op.last_dim_only]
+CUDA_LENGTHS = (1, 7, 33, 64, 65, 255, 1025)
+CPU_CASES = ("1d", "middle", "nhwc_channels")
+
+
+@pytest.mark.parametrize("op_id", STRIDED_OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_strided_dims(device, op_id, dtype):
+    op = OPS[op_id]
+    cuda = torch.device(device).type == "cuda"
+    for case, build in DIM_CASES.items():
+        if not cuda and case not in CPU_CASES:
+            continue
+        for n in CUDA_LENGTHS if cuda else (1, 65):
+            x, dim = build(n, dtype, device)
+            inp = op.inputs(x, dim)
+            what = f"{case} N={n}"
+            check_forward(op, inp, dim, what=what)
+            case_op = raw_case(op, x)
+            outs, dys, _ = check_backward(case_op, inp, dim, what=what)
+            # The raw backward again, into NaN-poisoned blocks: every element is written.
+            grads = [((x.shape[dim],), param_grad_dtype(x))] * 3
+            poison_blocks([(x.shape, x.dtype)] * 2 + grads, device)
+            got = case_op.raw_backward(dys, inp, dim, tuple(o.detach() for o in outs),
+                                       frozenset(op.params))  # fmt: skip
+            for name, g in got.items():
+                assert not torch.isnan(g).any(), f"{op} {what}: d{name} has unwritten elements"
+            poison_blocks([(x.shape, x.dtype)] * 2, device)
+            for o in op.call(inp, dim):
+                assert not torch.isnan(o).any(), f"{op} {what}: unwritten output elements"
