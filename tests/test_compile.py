@@ -9,10 +9,10 @@
   path, replayed on new data. Both need the kernels to launch on the current (capturing)
   stream with no host sync.
 
-Why the grid is what it is: one id per op family (and device), from the op table. On the
-CPU the op tests compile with ``aot_eager`` (the fake, AOT autograd and dynamic shapes are
-what the ops contribute; inductor's code generation around them is inductor's, and takes
-seconds per compile on CI's CPUs); one CPU test and every CUDA test use inductor.
+Why the grid is what it is: one id per op family (and device), from the op table. The op
+tests compile with ``aot_eager``: the fake, AOT autograd and dynamic shapes are what the ops
+contribute, and inductor takes seconds per compile; inductor runs every module in one block
+(test_compile_modules) and under CUDA graphs, where it captures the kernels.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(actual, expected, rtol=tol.rtol, atol=tol.atol)
 
 
-def _backend(device) -> str:
-    return "inductor" if torch.device(device).type == "cuda" else "aot_eager"
+# The op tests' backend: the fakes, AOT autograd and dynamic shapes are what the ops bring;
+# inductor runs in test_compile_modules and the CUDA-graph tests.
+OP_BACKEND = "aot_eager"
 
 
 # Shapes of one rank (none of size 0 or 1, which dynamic shapes specialize on): the row length
@@ -80,7 +81,7 @@ def test_compile_op_forward_backward(device, op_id):
 
         torch._dynamo.reset()
         counters.clear()
-        counter = CompileCounterWithBackend(_backend(device))
+        counter = CompileCounterWithBackend(OP_BACKEND)
         compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
         frames = []
         for shape in shapes:
@@ -114,7 +115,7 @@ def test_compile_output_strides_match_eager(device):
             return op.call(dict(zip(names, t, strict=True)), dim)
 
         torch._dynamo.reset()
-        compiled = torch.compile(fn, backend=_backend(device), fullgraph=True, dynamic=True)
+        compiled = torch.compile(fn, backend=OP_BACKEND, fullgraph=True, dynamic=True)
         for out, eager in zip(compiled(*inp.values()), fn(*inp.values()), strict=True):
             assert out.shape == eager.shape and out.stride() == eager.stride(), op_id
             _assert_close(out, eager)
@@ -212,22 +213,21 @@ def _linear_then(op, features: int, dtype=torch.float32):
 @cuda_only
 @pytest.mark.parametrize("op_id", FAMILIES)
 def test_cuda_graphs_reduce_overhead(op_id):
-    for dtype in (torch.float32, torch.bfloat16):
-        for features in (257, 4096):
-            torch._dynamo.reset()
-            counters.clear()
-            torch.manual_seed(0)
-            model = _linear_then(OPS[op_id], features).to(device="cuda", dtype=dtype)
-            compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
-            with torch.no_grad():
-                for step in range(4):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    x = randn((32, 64), dtype, "cuda")
-                    out = compiled(x).clone()
-                    what = f"{dtype_id(dtype)} {features} step {step}"
-                    assert_matches(out, model(x), what=what)
-            assert counters["inductor"]["cudagraph_skips"] == 0, "the graph was not captured"
-            assert not counters["graph_break"], dict(counters["graph_break"])
+    for dtype, features in ((torch.float32, 257), (torch.bfloat16, 4096)):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model = _linear_then(OPS[op_id], features).to(device="cuda", dtype=dtype)
+        compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+        with torch.no_grad():
+            for step in range(4):
+                torch.compiler.cudagraph_mark_step_begin()
+                x = randn((32, 64), dtype, "cuda")
+                out = compiled(x).clone()
+                what = f"{dtype_id(dtype)} {features} step {step}"
+                assert_matches(out, model(x), what=what)
+        assert counters["inductor"]["cudagraph_skips"] == 0, "the graph was not captured"
+        assert not counters["graph_break"], dict(counters["graph_break"])
 
 
 @cuda_only

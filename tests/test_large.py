@@ -14,6 +14,9 @@
   against a chunked float64 sum) and softmax on > 2^31 elements, rows and strided dim.
 
 Each test skips when the GPU has too little free memory, and frees what it used.
+
+Why the grid is what it is: one id per workload (each takes tens of GB and seconds of GPU
+time); 32-bit index arithmetic is per path (row tiers, strided dim), not per op.
 """
 
 from __future__ import annotations

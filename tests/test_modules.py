@@ -5,6 +5,10 @@
   initialization), so a ``state_dict`` loads unchanged in either direction, and compute the
   same outputs and parameter gradients. ``AddRMSNorm`` holds RMSNorm's state.
 * ``L1Norm(dim, eps, mean)``, ``Softmax(dim)``, ``LogSoftmax(dim)``: stateless.
+
+Why the grid is what it is: the modules wrap the functions (whose numerics the op-table tests
+cover), so the ids are per module pair (state, dtype conversion, construction checks); the
+modules of every op case are also compared with the functions in test_correctness.
 """
 
 from __future__ import annotations

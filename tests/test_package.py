@@ -3,6 +3,9 @@
 The seed expression (DESIGN §2: seeds 000/002) is ``x / torch.norm(x, p=2, dim=1,
 keepdim=True)`` on a 32768 × 65535 float32 tensor; here it runs at 64 rows (the full size is
 in test_large.py).
+
+Why the grid is what it is: these are properties of the package, not of an op, so one id
+each (the seed expression per device and eps).
 """
 
 from __future__ import annotations
@@ -70,3 +73,18 @@ def test_seed_expression_reduced(device, eps):
     tol = TOL[torch.float32]
     torch.testing.assert_close(out, seed, rtol=tol.rtol, atol=tol.atol * seed.abs().max().item())
     assert_matches(out, reference_forward(x, 1, eps))
+
+
+def test_imports_are_light():
+    """``import rownorm`` loads neither the op table nor the benchmark; the op table and the
+    self-check (``python -m rownorm``) load no benchmark code."""
+    code = (
+        "import sys, rownorm\n"
+        "loaded = lambda p: sorted(m for m in sys.modules if m.startswith(p))\n"
+        "assert not loaded('rownorm.testing'), loaded('rownorm.testing')\n"
+        "assert not loaded('rownorm.bench'), loaded('rownorm.bench')\n"
+        "import rownorm.testing, rownorm.testing.checks, rownorm.__main__\n"
+        "assert not loaded('rownorm.bench'), loaded('rownorm.bench')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
