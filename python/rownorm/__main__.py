@@ -1,13 +1,14 @@
 """``python -m rownorm``: build info, runtime, a self-check of every op, a quick timing.
 
-The self-check runs every op of the benchmark harness (l2 / l1 / mean-abs normalize, rms_norm,
-layer_norm, softmax, log_softmax, add_rms_norm) forward and forward+backward (through autograd,
-so the backward op too, parameter gradients included) on every available device (the CPU and
-each CUDA device) in float32, float16, bfloat16 and float64, on shapes with odd row lengths and
-reductions over a non-last dim (last-dim-only ops skip those), with and without weight / bias,
-and compares with the float64 reference. Exits 1 if any check fails. Then, on CUDA, a few sizes
-of a few ops are timed against PyTorch's own op (L2 flushed, CUDA events; ``python -m
-rownorm.bench`` is the full benchmark).
+The self-check runs every case of the op table (:data:`rownorm.testing.OPS`: l2 / l1 /
+mean-abs normalize, rms_norm, layer_norm, softmax, log_softmax, add_rms_norm, each with and
+without its parameters) forward and forward+backward (through autograd, so the backward op
+too, parameter gradients included) on every available device (the CPU and each CUDA device)
+in float32, float16, bfloat16 and float64, on shapes with odd row lengths and reductions over
+a non-last dim (last-dim-only ops skip those), with the tests' own comparisons against the
+float64 reference (:mod:`rownorm.testing.checks`). Exits 1 if any check fails. Then, on CUDA,
+a few sizes of a few ops are timed against the PyTorch expression they replace (CUDA events,
+the L2 cache flushed; ``python -m rownorm.bench`` is the full benchmark).
 """
 
 from __future__ import annotations
@@ -16,24 +17,16 @@ import argparse
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 import rownorm
-from rownorm.bench import OPS, SHORT_DTYPE, Timer, Unavailable, check_impl, time_impl
+from rownorm.testing import DTYPE_IDS, DTYPES, OPS, OpInfo
+from rownorm.testing.checks import check_backward, check_forward
 
-# Relative error ‖out − ref‖/‖ref‖ allowed for the rownorm kernels (fp32 accumulation, one
-# rounding to the output dtype): a few units of the output's rounding error.
-SELFCHECK_TOL = {
-    torch.float64: 1e-12,
-    torch.float32: 1e-5,
-    torch.float16: 2e-3,
-    torch.bfloat16: 1e-2,
-}
-DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # Row lengths around the tiers' edges, a length whose rows are not 16-byte aligned (65535) and
-# a reduction over a non-last dim (strided path).
+# reductions over a non-last dim (the strided-dim path).
 CASES: tuple[tuple[tuple[int, ...], int], ...] = (
     ((4, 1), -1),
     ((3, 33), -1),
@@ -43,10 +36,8 @@ CASES: tuple[tuple[tuple[int, ...], int], ...] = (
     ((37, 3, 5), 0),
     ((4, 6, 300), 1),
 )
-TIMER_KW = {"warmup_ms": 5.0, "rep_ms": 30.0, "min_reps": 5}
-# The ops of the quick timing (every op is in the full benchmark).
-TIMED_OPS = ("l2_normalize", "rms_norm", "softmax")
-# (shape, dtype, mode) timed on CUDA.
+# The ops of the quick timing (every op is in the full benchmark), and (shape, dtype, mode).
+TIMED_OPS = ("l2_normalize", "rms_norm_weight", "softmax")
 TIMED: tuple[tuple[tuple[int, int], torch.dtype, str], ...] = (
     ((65536, 256), torch.bfloat16, "fwd"),
     ((16384, 1024), torch.bfloat16, "fwd"),
@@ -100,112 +91,107 @@ def _devices() -> list[torch.device]:
     return devs
 
 
-def _applies(spec, shape: tuple[int, ...], dim: int) -> bool:
-    """Whether a case fits the op: last-dim-only ops (add_rms_norm) skip other dims."""
-    return not spec.last_dim_only or dim % len(shape) == len(shape) - 1
-
-
-def _param_variants(spec) -> tuple[tuple[str, ...] | None, ...]:
-    """``None``: the op's own parameters (weight / bias, as the benchmark makes them); ``()``:
-    none, a second variant for the ops that take any."""
-    takes_params = any(name in ("weight", "bias") for name in spec.input_names)
-    return (None, ()) if takes_params else (None,)
-
-
-def _check_case(spec, device, dtype, shape, dim, seed, params=None) -> tuple[bool, str]:
-    """Forward, then forward+backward, of one case; returns (passed, errors as text).
-
-    ``params``: the parameters to pass (None: the op's own set, see ``OpSpec.make_inputs``)."""
-    tol = SELFCHECK_TOL[dtype]
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    parts, ok = [], True
-    for mode, label in (("fwd", "fwd"), ("fwdbwd", "fwd+bwd")):
+def _check_case(op: OpInfo, device, dtype, shape, dim) -> tuple[bool, str]:
+    """Forward, then forward+backward, of one case; returns (passed, error text)."""
+    inp = op.make_inputs(shape, dim, dtype, device)
+    for label, check in (("fwd", check_forward), ("fwd+bwd", check_backward)):
         try:
-            inputs = spec.make_inputs(shape, dim, dtype, device, gen, params=params)
-            dys = [
-                torch.randn(shape, dtype=dtype, device=device, generator=gen)
-                for _ in range(spec.n_outputs)
-            ]
-            fn = spec.ours().make(dim, dict(spec.kwargs))
-            err, detail = check_impl(spec, fn, inputs, dim, spec.kwargs, mode, dys)
-            passed = err <= tol  # False for NaN
-            parts.append(f"{label} {err:.1e}" + ("" if passed else f" [{detail}]"))
+            check(op, inp, dim)
         except Exception as exc:  # noqa: BLE001  (reported as a failure)
-            passed = False
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            parts.append(f"{label} {type(exc).__name__}: {first[:160]}")
-        ok = ok and passed
-    return ok, "  ".join(parts) + f"  (tol {tol:.0e})"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return False, f"{label}: {type(exc).__name__}: {first[:200]}"
+    return True, ""
 
 
 def self_check(devices: Sequence[torch.device]) -> tuple[int, int]:
     """Returns (checks run, checks failed)."""
     n_run = n_failed = 0
-    for spec in OPS.values():
-        print(
-            f"\nself-check {spec.name} (forward; forward+backward = outputs and the gradients of "
-            "every input) vs the float64 reference, rel. error ‖out − ref‖/‖ref‖:"
-        )
+    torch.manual_seed(0)
+    for op in OPS.values():
+        print(f"\nself-check {op.id} (forward; forward+backward) vs the float64 reference:")
         for device in devices:
             for dtype in DTYPES:
                 for shape, dim in CASES:
-                    if not _applies(spec, shape, dim):
+                    if not op.supports(torch.empty(shape, device="meta"), dim):
                         continue
-                    for params in _param_variants(spec):
-                        ok, text = _check_case(spec, device, dtype, shape, dim, n_run, params)
-                        n_run += 1
-                        n_failed += not ok
-                        where = (
-                            f"{str(device):<7} {SHORT_DTYPE[dtype]} {str(shape):<13} dim={dim:<2}"
-                        )
-                        if params == ():
-                            where += " no params"
-                        print(f"  {'PASS' if ok else 'FAIL'}  {where}  {text}", flush=True)
+                    ok, text = _check_case(op, device, dtype, shape, dim)
+                    n_run += 1
+                    n_failed += not ok
+                    where = f"{str(device):<7} {DTYPE_IDS[dtype]} {str(shape):<13} dim={dim:<2}"
+                    print(f"  {'PASS' if ok else 'FAIL'}  {where}  {text}", flush=True)
     return n_run, n_failed
 
 
-def quick_timing(device: torch.device, scale: int = 1) -> None:
-    """Times rownorm against PyTorch's own op on a few sizes (a sanity check of speed).
+def _median_ms(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:
+    """Median time of ``fn`` in ms over ``reps`` calls after two warm-up calls, the L2 cache
+    flushed before each (CUDA events around ``fn`` alone); wall time on the CPU."""
+    for _ in range(2):
+        fn()
+    times = []
+    if device.type == "cuda":
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
+        for _ in range(reps):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
 
-    ``scale`` divides the row counts (for a CPU run)."""
-    timer = Timer(device)
+
+def _runner(call, inp, mode: str, dys):
+    """A closure running ``call(inputs, -1)`` (fwd) or forward + backward (fwdbwd)."""
+    if mode == "fwd":
+        return lambda: call(inp, -1)
+    leaves = {k: v.detach().requires_grad_(True) for k, v in inp.items()}
+
+    def run():
+        outs = call(leaves, -1)
+        torch.autograd.backward(outs, dys)
+        for v in leaves.values():
+            v.grad = None
+
+    return run
+
+
+def quick_timing(device: torch.device, scale: int = 1) -> None:
+    """Times rownorm against the PyTorch expression it replaces on a few sizes (a sanity
+    check of speed); ``scale`` divides the row counts (for a CPU run)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU wall time"
     print(
         f"\nquick timing on {device} ({name}), median ms with the cache flushed; "
         "python -m rownorm.bench for the full benchmark:"
     )
-    for spec in (OPS[name] for name in TIMED_OPS):
-        ours = spec.ours()
-        base = spec.impl(spec.baseline)
+    for op in (OPS[op_id] for op_id in TIMED_OPS):
         for (rows, n), dtype, mode in TIMED:
             shape = (max(rows // scale, 1), n)
-            gen = torch.Generator(device=device)
-            gen.manual_seed(0)
+            inp = op.make_inputs(shape, -1, dtype, device)
+            dys = tuple(torch.randn(shape, dtype=dtype, device=device) for _ in range(op.n_outputs))
+            ours = _runner(op.call, inp, mode, dys)
+            theirs = _runner(op.torch_equivalent, inp, mode, dys)
             try:
-                inputs = spec.make_inputs(shape, -1, dtype, device, gen)
-                dys = [
-                    torch.randn(shape, dtype=dtype, device=device, generator=gen)
-                    for _ in range(spec.n_outputs)
-                ]
-                times = []
-                for impl in (ours, base):
-                    fn = impl.make(-1, dict(spec.kwargs))
-                    times.append(time_impl(timer, fn, inputs, mode, dys, **TIMER_KW))
-            except (Unavailable, RuntimeError) as exc:
-                print(f"  {spec.name} {mode} {shape}: not timed ({exc})")
+                t_ours, t_torch = _median_ms(ours, device), _median_ms(theirs, device)
+            except RuntimeError as exc:
+                print(f"  {op.id} {mode} {shape}: not timed ({exc})")
                 continue
             m, n = shape
-            elem = inputs[0].element_size()
-            nbytes = (spec.fwd_bytes if mode == "fwd" else spec.fwdbwd_bytes)(m, n, elem)
+            elem = inp["x"].element_size()
+            nbytes = (op.fwd_bytes if mode == "fwd" else op.fwdbwd_bytes)(m, n, elem)
             label = "fwd    " if mode == "fwd" else "fwd+bwd"
             print(
-                f"  {spec.name} {label} {SHORT_DTYPE[dtype]} {f'{m}×{n}':<12} rownorm "
-                f"{times[0]:.3f} ms ({nbytes / times[0] / 1e6:.0f} GB/s)   {base.label} "
-                f"{times[1]:.3f} ms   speed-up {times[1] / times[0]:.2f}×",
+                f"  {op.id} {label} {DTYPE_IDS[dtype]} {f'{m}×{n}':<12} rownorm "
+                f"{t_ours:.3f} ms ({nbytes / t_ours / 1e6:.0f} GB/s)   eager torch "
+                f"{t_torch:.3f} ms   speed-up {t_torch / t_ours:.2f}×",
                 flush=True,
             )
-            del inputs, dys
+            del inp, dys, ours, theirs
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
