@@ -249,8 +249,8 @@ def list_ops() -> str:
     lines = []
     for spec in OPS.values():
         lines.append(
-            f"{spec.name}  (fwd bytes {spec.fwd_bytes_text}; fwd+bwd bytes "
-            f"{spec.fwdbwd_bytes_text})"
+            f"{spec.name}  (fwd bytes {spec.bytes_text('fwd')}; fwd+bwd bytes "
+            f"{spec.bytes_text('fwdbwd')})"
         )
         for i in spec.impls:
             extra = "" if i.grid else "  [seeds / when named]"

@@ -1,9 +1,10 @@
-"""The implementations the benchmark times: rownorm's, and its peers.
+"""The implementations the benchmark times, and the peers' plumbing.
 
 An :class:`Impl` makes a callable for one (dim, kwargs) configuration: rownorm's public
 function, an eager PyTorch expression, ``torch.compile`` of that expression, or Liger-Kernel's
-op. A peer that cannot run here (Liger not installed, an op it does not offer, a dim it does
-not reduce over) raises :class:`Unavailable`, which the report shows as "not run", never as a
+op (rownorm's and the torch equivalent come from the op table, in :mod:`rownorm.bench.specs`).
+A peer that cannot run here (Liger not installed, an op it does not offer, a dim it does not
+reduce over) raises :class:`Unavailable`, which the report shows as "not run", never as a
 failure.
 """
 
@@ -58,30 +59,6 @@ def last_dim(dim: int, what: str) -> None:
         raise Unavailable(f"{what} reduces over the last dim only")
 
 
-def _rownorm_api(name: str) -> Fn:
-    """``rownorm.<name>`` (the public function), else the registered ``torch.ops.rownorm``
-    op of the same signature; an error (not Unavailable) when neither exists."""
-    import rownorm
-
-    fn = getattr(rownorm, name, None)
-    if fn is None and hasattr(torch.ops.rownorm, name):
-        fn = getattr(torch.ops.rownorm, name)
-    if fn is None:
-        raise RuntimeError(f"rownorm has no {name} (neither rownorm.{name} nor torch.ops.rownorm)")
-    return fn
-
-
-def rownorm_impl(api: str, expr: str, pass_dim: bool = True) -> Impl:
-    """rownorm's implementation: ``rownorm.<api>(*tensors, dim=dim, **kwargs)``."""
-
-    def make(dim: int, kw: dict) -> Fn:
-        fn = _rownorm_api(api)
-        extra = {"dim": dim} if pass_dim else {}
-        return lambda *t: fn(*t, **extra, **kw)
-
-    return Impl("rownorm", "rownorm", "rownorm", expr, make)
-
-
 def _liger_module():
     try:
         from liger_kernel.transformers import functional
@@ -113,21 +90,19 @@ def liger_version() -> str | None:
         return None
 
 
-def _liger_missing(op: str) -> Make:
+def liger_missing(op: str) -> Impl:
+    """A Liger-Kernel column for an op Liger does not offer: reported as not run."""
+
     def make(dim: int, kw: dict) -> Fn:
         _liger_module()
         raise Unavailable(f"Liger-Kernel has no {op} op")
 
-    return make
+    return Impl("liger", "liger", "Liger", "Liger-Kernel", make, cuda_only=True)
 
 
-def liger_impl(
-    op: str, attr: str | None, call: Callable[[Fn, dict], Fn] | None = None, args: str = "x"
-) -> Impl:
-    """Liger-Kernel's ``liger_kernel.transformers.functional.<attr>`` (last dim only), or a
-    placeholder reported as unavailable when Liger has no such op."""
-    if attr is None or call is None:
-        return Impl("liger", "liger", "Liger", "Liger-Kernel", _liger_missing(op), cuda_only=True)
+def liger_impl(attr: str, call: Callable[[Fn, dict], Fn], args: str = "x") -> Impl:
+    """Liger-Kernel's ``liger_kernel.transformers.functional.<attr>`` (last dim only);
+    ``call(fn, kwargs)`` adapts it to the benchmark's positional tensors."""
 
     def make(dim: int, kw: dict) -> Fn:
         fn = getattr(_liger_module(), attr, None)

@@ -1,27 +1,32 @@
-"""The benchmark's op table: for each op, its inputs, implementations, byte formulas, float64
-reference and the seeds' fixed workloads.
+"""The benchmark's ops, derived from the op table (:data:`rownorm.testing.OPS`).
 
-Adding an op = one :class:`OpSpec` in :data:`OPS`.
+Every op of the table appears here (its case with every parameter, ``families()``), with what
+the table states once for the tests, the self-check and the sanitizer workload: its inputs
+(arity and parameters), its call, its float64 reference (gradients: float64 autograd of it), the
+PyTorch expression it replaces (timed eager and under torch.compile) and its byte formulas.
+What only the benchmark needs is in :data:`EXTRAS`, by op, all of it optional: other eps or
+options, more peers (the seeds' own expressions, Liger-Kernel), labels for the report, the
+seeds' fixed workloads, and table cases benchmarked besides the families (``mean_abs``). An op
+added to the table is benchmarked with no edit here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from rownorm import reference as ref_impl
 from rownorm.bench.impls import (
     Fn,
     Impl,
+    compile_of,
     eager_and_compiled,
-    last_dim,
     liger_impl,
-    rownorm_impl,
+    liger_missing,
 )
+from rownorm.testing import OPS as TABLE
+from rownorm.testing import OpInfo, families
 
 MODES = ("fwd", "fwdbwd")
 SHORT_DTYPE = {
@@ -43,43 +48,55 @@ class Seed:
     dtype: torch.dtype
     impls: tuple[str, ...]
     kwargs: dict = dataclasses.field(default_factory=dict)
-    params: tuple[str, ...] | None = None  # None: the op's own (e.g. () = no weight)
+    # The parameters to make: None, the op's own; else a prefix of them (() = no weight).
+    params: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Extras:
+    """What the benchmark adds to an op table case (every field optional)."""
+
+    kwargs: dict = dataclasses.field(default_factory=dict)  # eps / options instead of the case's
+    eager_name: str = "eager"  # the CSV name of the torch equivalent's eager implementation
+    eager_label: str = ""  # its column header, after "eager " / "compile " (default: op name)
+    eager_expr: str = ""  # the expression, for the legend
+    peers: tuple[Impl, ...] = ()  # more implementations (e.g. a seed's own expression)
+    liger: Impl | None = None  # Liger-Kernel's op (default: reported as not offered)
+    seeds: tuple[Seed, ...] = ()
+    output_names: tuple[str, ...] = ()
+    default_grid: bool = True  # False: the grid runs only when --ops names the op
 
 
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
-    """Everything the harness needs to know about one op.
+    """One benchmarked op: an op table case, the benchmark's kwargs, implementations, seeds.
 
-    - ``make_inputs(shape, dim, dtype, device, generator, params=None)``: the op's tensors,
-      positional, as the implementations take them: ``rows`` tensors of x's shape ("row"
-      tensors, independent per row, split into chunks for the reference), then the parameters
-      named in ``params`` (weight, bias: shape ``(x.size(dim),)``, passed whole). Every
-      floating tensor is differentiable in fwd+bwd mode.
-    - ``reference(*tensors, dim=, **kwargs)``: float64 truth; must be differentiable in float64
-      (the backward reference is its float64 autograd).
-    - ``nbytes(mode, M, N, elem)``: minimum traffic in bytes, with M = rows, N = x.size(dim),
-      elem = bytes per element (weights, biases and their gradients, N elements each, are not
-      counted).
+    Tensors are positional, as the implementations take them: the case's row inputs (x, and
+    residual; x's shape, independent per row, split into chunks for the reference), then its
+    parameters (weight, bias: shape ``(x.size(dim),)``, passed whole). ``nbytes(mode, M, N,
+    elem)`` is the minimum traffic, with M = rows, N = x.size(dim), elem = bytes per element.
     """
 
     name: str
-    make_inputs: Callable[..., list[torch.Tensor]]
-    reference: Callable[..., Any]
+    case: OpInfo
     impls: tuple[Impl, ...]
-    # Minimum traffic as a count of M×N tensors read or written once (the bytes are that times
-    # M·N·b), and the formula as the report prints it.
-    fwd_tensors: int
-    fwdbwd_tensors: int
-    fwd_bytes_text: str
-    fwdbwd_bytes_text: str
-    kwargs: dict = dataclasses.field(default_factory=dict)
-    n_outputs: int = 1  # outputs, each of x's shape and dtype (each gets a dy in fwd+bwd)
-    baseline: str = "eager"  # the PyTorch eager impl that `python -m rownorm` compares against
+    kwargs: dict
+    baseline: str = "eager"  # the PyTorch eager implementation the report compares against
     seeds: tuple[Seed, ...] = ()
-    input_names: tuple[str, ...] = ("x",)  # names of make_inputs' tensors, for error details
     output_names: tuple[str, ...] = ("out",)
-    last_dim_only: bool = False  # the op reduces over the last dim only (no `dim` argument)
-    default_grid: bool = True  # False: the grid runs only when --ops names the op
+    default_grid: bool = True
+
+    @property
+    def n_outputs(self) -> int:
+        return self.case.n_outputs
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.case.input_names
+
+    @property
+    def last_dim_only(self) -> bool:
+        return self.case.last_dim_only
 
     def impl(self, name: str) -> Impl:
         for impl in self.impls:
@@ -90,48 +107,92 @@ class OpSpec:
     def ours(self) -> Impl:
         return next(i for i in self.impls if i.family == "rownorm")
 
-    def nbytes(self, mode: str, m: int, n: int, elem: int) -> int:
-        tensors = self.fwd_tensors if mode == "fwd" else self.fwdbwd_tensors
-        return tensors * m * n * elem
-
-    def fwd_bytes(self, m: int, n: int, elem: int) -> int:
-        return self.nbytes("fwd", m, n, elem)
-
-    def fwdbwd_bytes(self, m: int, n: int, elem: int) -> int:
-        return self.nbytes("fwdbwd", m, n, elem)
-
-    def bytes_text(self, mode: str) -> str:
-        return self.fwd_bytes_text if mode == "fwd" else self.fwdbwd_bytes_text
-
-
-def _inputs(rows: int = 1, params: tuple[str, ...] = ()) -> Callable[..., list[torch.Tensor]]:
-    """``make_inputs`` of an op taking ``rows`` tensors of x's shape, then ``params``.
-
-    Row tensors are standard normal. A weight is 1 + 0.1·N(0, 1) and a bias 0.1·N(0, 1), both
-    in x's dtype (the LLM case), so parameter gradients are neither trivial nor cancelling."""
-    default_params = params
-
-    def make(shape, dim, dtype, device, generator, params=None) -> list[torch.Tensor]:
+    def make_inputs(self, shape, dim, dtype, device, generator, params=None) -> list[torch.Tensor]:
+        """Standard-normal row inputs, drawn on ``device`` (the grid's inputs are GBs); a
+        weight 1 + 0.1·N(0, 1) and a bias 0.1·N(0, 1) in x's dtype (the LLM case), so that
+        parameter gradients are neither trivial nor cancelling (the op table's values)."""
+        params = self.case.params if params is None else tuple(params)
+        if params != self.case.params[: len(params)]:
+            raise ValueError(f"{self.name}: params must be a prefix of {self.case.params}")
         tensors = [
-            torch.randn(shape, dtype=dtype, device=device, generator=generator) for _ in range(rows)
+            torch.randn(shape, dtype=dtype, device=device, generator=generator)
+            for _ in self.case.row_inputs
         ]
-        for name in default_params if params is None else params:
+        for name in params:
             noise = 0.1 * torch.randn(shape[dim], device=device, generator=generator)
             tensors.append((noise + 1.0 if name == "weight" else noise).to(dtype))
         return tensors
 
-    return make
+    def reference(self, *tensors: torch.Tensor, dim: int, **kwargs) -> tuple[torch.Tensor, ...]:
+        """The float64 reference of the op table, differentiable in float64."""
+        return _case(self.case, kwargs).reference(_named(self.case, tensors), dim)
+
+    def nbytes(self, mode: str, m: int, n: int, elem: int) -> int:
+        f = self.case.fwd_bytes if mode == "fwd" else self.case.fwdbwd_bytes
+        return f(m, n, elem)
+
+    def fwd_bytes(self, m: int, n: int, elem: int) -> int:
+        return self.case.fwd_bytes(m, n, elem)
+
+    def fwdbwd_bytes(self, m: int, n: int, elem: int) -> int:
+        return self.case.fwdbwd_bytes(m, n, elem)
+
+    def bytes_text(self, mode: str) -> str:
+        return self.case.fwd_bytes_text if mode == "fwd" else self.case.fwdbwd_bytes_text
 
 
-_randn_inputs = _inputs()
+def _case(case: OpInfo, kwargs: dict) -> OpInfo:
+    """The case with the public function's keyword arguments ``kwargs`` (eps, options)."""
+    options = {k: v for k, v in kwargs.items() if k != "eps"}
+    eps = kwargs.get("eps", case.eps)
+    if eps == case.eps and options == case.options:
+        return case
+    return dataclasses.replace(case, eps=eps, options=options)
 
 
-def _reference(name: str, pass_dim: bool = True) -> Callable[..., Any]:
-    def ref(*tensors, dim: int, **kw):
-        fn = getattr(ref_impl, name)
-        return fn(*tensors, dim=dim, **kw) if pass_dim else fn(*tensors, **kw)
+def _named(case: OpInfo, tensors) -> dict[str, torch.Tensor]:
+    return dict(zip(case.input_names, tensors, strict=False))  # parameters may be left out
 
-    return ref
+
+def _table_impls(case: OpInfo, extras: Extras) -> tuple[Impl, ...]:
+    """rownorm (the table's call), then the table's torch equivalent eager and compiled."""
+
+    def ours(dim: int, kw: dict) -> Fn:
+        c = _case(case, kw)
+        return lambda *t: c.call(_named(c, t), dim)
+
+    def eager(dim: int, kw: dict) -> Fn:
+        c = _case(case, kw)
+        return lambda *t: c.torch_equivalent(_named(c, t), dim)
+
+    args = ", ".join((*case.input_names, *(() if case.last_dim_only else ("dim",)), *case.kwargs))
+    label = extras.eager_label or case.name
+    expr = extras.eager_expr or f"rownorm.testing.OPS[{case.id!r}].torch_equivalent"
+    return (
+        Impl("rownorm", "rownorm", "rownorm", f"rownorm.{case.name}({args})", ours),
+        Impl(extras.eager_name, "eager", f"eager {label}", expr, eager),
+        Impl(
+            "compile",
+            "compile",
+            f"compile {label}",
+            f"torch.compile({expr}, dynamic=False)",
+            compile_of(eager),
+        ),
+    )
+
+
+def _spec(name: str, case: OpInfo, extras: Extras) -> OpSpec:
+    liger = extras.liger or liger_missing(name)
+    return OpSpec(
+        name=name,
+        case=case,
+        impls=(*_table_impls(case, extras), *extras.peers, liger),
+        kwargs={**case.kwargs, **extras.kwargs},
+        baseline=extras.eager_name,
+        seeds=extras.seeds,
+        output_names=extras.output_names or ("out",),
+        default_grid=extras.default_grid,
+    )
 
 
 def _bcast(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:
@@ -141,138 +202,11 @@ def _bcast(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | 
     return p.view([-1 if i == dim % x.ndim else 1 for i in range(x.ndim)])
 
 
-# Byte formulas (b = bytes per element; weights/biases are N·b, negligible, not counted).
-_FWD_TEXT = "2·M·N·b (read x, write y)"
-_FWDBWD_TEXT = "5·M·N·b (fwd: read x, write y; bwd: read x, read dy, write dx)"
-_PARAM_NOTE = "; weight/bias and their gradients (N elements) not counted"
-
-# ---- l2_normalize ---------------------------------------------------------------------------
-
-
-def _l2_eager_norm(dim: int, kw: dict) -> Fn:
+def _l2_by_norm(dim: int, kw: dict) -> Fn:
     return lambda x: x / torch.norm(x, p=2, dim=dim, keepdim=True)
 
 
-def _l2_eager_normalize(dim: int, kw: dict) -> Fn:
-    eps = kw["eps"]
-    return lambda x: F.normalize(x, p=2, dim=dim, eps=eps)
-
-
-_L2_EXPR_NORM = "x / torch.norm(x, p=2, dim=dim, keepdim=True)"
-_L2_EXPR = "F.normalize(x, p=2, dim=dim, eps=eps)"
-_eager_norm, _compile_norm = eager_and_compiled("x/norm", _L2_EXPR_NORM, _l2_eager_norm, "_norm")
-_eager_normalize, _compile_normalize = eager_and_compiled(
-    "F.normalize", _L2_EXPR, _l2_eager_normalize
-)
-
-L2_NORMALIZE = OpSpec(
-    name="l2_normalize",
-    make_inputs=_randn_inputs,
-    reference=_reference("l2_normalize"),
-    impls=(
-        rownorm_impl("l2_normalize", "rownorm.l2_normalize(x, dim, eps)"),
-        _eager_norm,
-        dataclasses.replace(_eager_normalize, name="eager_normalize"),
-        _compile_normalize,
-        dataclasses.replace(_compile_norm, grid=False),
-        liger_impl("l2_normalize", None),
-    ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT,
-    fwdbwd_bytes_text=_FWDBWD_TEXT,
-    kwargs={"eps": 1e-12},
-    baseline="eager_normalize",
-    # The seeds' `x / torch.norm(x, p=2, dim=1, keepdim=True)`: eps = 0.
-    seeds=tuple(
-        Seed(
-            title=title,
-            mode=mode,
-            shape=shape,
-            dim=1,
-            dtype=torch.float32,
-            impls=("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
-            kwargs={"eps": 0.0},
-        )
-        for title, mode, shape in (
-            ("L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)", "fwd", (32768, 65535)),
-            ("L2 normalize dim=1 fwd+bwd, 16384×65535 fp32", "fwdbwd", (16384, 65535)),
-        )
-    ),
-)
-
-# ---- l1_normalize and mean-abs normalize ----------------------------------------------------
-
-
-def _l1_eager(dim: int, kw: dict) -> Fn:
-    eps = kw["eps"]
-    return lambda x: F.normalize(x, p=1, dim=dim, eps=eps)
-
-
-def _mean_abs_eager(dim: int, kw: dict) -> Fn:
-    eps = kw["eps"]
-    if eps > 0:
-        return lambda x: x / torch.mean(torch.abs(x), dim=dim, keepdim=True).clamp_min(eps)
-    return lambda x: x / torch.mean(torch.abs(x), dim=dim, keepdim=True)
-
-
-L1_NORMALIZE = OpSpec(
-    name="l1_normalize",
-    make_inputs=_randn_inputs,
-    reference=_reference("l1_normalize"),
-    impls=(
-        rownorm_impl("l1_normalize", "rownorm.l1_normalize(x, dim, eps)"),
-        *eager_and_compiled("F.normalize(p=1)", "F.normalize(x, p=1, dim=dim, eps=eps)", _l1_eager),
-        liger_impl("l1_normalize", None),
-    ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT,
-    fwdbwd_bytes_text=_FWDBWD_TEXT,
-    kwargs={"eps": 1e-12, "mean": False},
-)
-
-# The seed 003 expression; the same kernel as l1_normalize (a different scale), so its grid
-# runs only when named (--ops mean_abs).
-MEAN_ABS = OpSpec(
-    name="mean_abs",
-    make_inputs=_randn_inputs,
-    reference=_reference("l1_normalize"),
-    impls=(
-        rownorm_impl("l1_normalize", "rownorm.l1_normalize(x, dim, eps=0, mean=True)"),
-        *eager_and_compiled(
-            "x/mean|x|", "x / torch.mean(torch.abs(x), dim=dim, keepdim=True)", _mean_abs_eager
-        ),
-        liger_impl("mean_abs", None),
-    ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT,
-    fwdbwd_bytes_text=_FWDBWD_TEXT,
-    kwargs={"eps": 0.0, "mean": True},
-    default_grid=False,
-    seeds=(
-        Seed(
-            title="mean-abs normalize dim=1, 32768×65535 fp32 (seed 003)",
-            mode="fwd",
-            shape=(32768, 65535),
-            dim=1,
-            dtype=torch.float32,
-            impls=("rownorm", "eager", "compile"),
-        ),
-    ),
-)
-
-# ---- rms_norm -------------------------------------------------------------------------------
-
-
-def _rms_eager(dim: int, kw: dict) -> Fn:
-    last_dim(dim, "F.rms_norm")
-    eps = kw["eps"]
-    return lambda x, w=None: F.rms_norm(x, (x.shape[-1],), w, eps)
-
-
-def _rms_eager_expr(dim: int, kw: dict) -> Fn:
+def _rms_by_mean(dim: int, kw: dict) -> Fn:
     eps = kw["eps"]
 
     def fn(x, w=None):
@@ -282,195 +216,156 @@ def _rms_eager_expr(dim: int, kw: dict) -> Fn:
     return fn
 
 
-RMS_NORM = OpSpec(
-    name="rms_norm",
-    make_inputs=_inputs(params=("weight",)),
-    reference=_reference("rms_norm"),
-    impls=(
-        rownorm_impl("rms_norm", "rownorm.rms_norm(x, w, dim, eps)"),
-        *eager_and_compiled("F.rms_norm", "F.rms_norm(x, (N,), w, eps)", _rms_eager),
-        *eager_and_compiled(
+def _liger_eps(attr: str, args: str, call: Callable[[Fn, float], Fn]) -> Impl:
+    return liger_impl(attr, lambda f, kw: call(f, kw["eps"]), args)
+
+
+_L2_BY_NORM = "x / torch.norm(x, p=2, dim=dim, keepdim=True)"
+_l2_eager_norm, _l2_compile_norm = eager_and_compiled("x/norm", _L2_BY_NORM, _l2_by_norm, "_norm")
+
+EXTRAS: dict[str, Extras] = {
+    "l2_normalize": Extras(
+        eager_name="eager_normalize",
+        eager_label="F.normalize",
+        eager_expr="F.normalize(x, p=2, dim=dim, eps=eps)",
+        peers=(_l2_eager_norm, dataclasses.replace(_l2_compile_norm, grid=False)),
+        # The seeds' `x / torch.norm(x, p=2, dim=1, keepdim=True)`: eps = 0.
+        seeds=(
+            Seed(
+                "L2 normalize dim=1, 32768×65535 fp32 (seeds 000/002)",
+                "fwd",
+                (32768, 65535),
+                1,
+                torch.float32,
+                ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
+                {"eps": 0.0},
+            ),
+            Seed(
+                "L2 normalize dim=1 fwd+bwd, 16384×65535 fp32",
+                "fwdbwd",
+                (16384, 65535),
+                1,
+                torch.float32,
+                ("rownorm", "eager_norm", "eager_normalize", "compile_norm", "compile"),
+                {"eps": 0.0},
+            ),
+        ),
+    ),
+    "l1_normalize": Extras(
+        eager_label="F.normalize(p=1)", eager_expr="F.normalize(x, p=1, dim=dim, eps=eps)"
+    ),
+    # The seed 003 expression; the same kernel as l1_normalize (a different scale), so its grid
+    # runs only when named (--ops mean_abs).
+    "mean_abs": Extras(
+        kwargs={"eps": 0.0, "mean": True},
+        eager_label="x/mean|x|",
+        eager_expr="x / torch.mean(torch.abs(x), dim=dim, keepdim=True)",
+        default_grid=False,
+        seeds=(
+            Seed(
+                "mean-abs normalize dim=1, 32768×65535 fp32 (seed 003)",
+                "fwd",
+                (32768, 65535),
+                1,
+                torch.float32,
+                ("rownorm", "eager", "compile"),
+            ),
+        ),
+    ),
+    "rms_norm": Extras(
+        kwargs={"eps": 1e-6},
+        eager_label="F.rms_norm",
+        eager_expr="F.rms_norm(x, (N,), w, eps)",
+        peers=eager_and_compiled(
             "x/sqrt(mean(x²)+eps)",
             "x / torch.sqrt(torch.mean(x ** 2, dim=dim, keepdim=True) + eps) [* w]",
-            _rms_eager_expr,
+            _rms_by_mean,
             suffix="_expr",
             grid=False,
         ),
-        liger_impl(
-            "rms_norm",
+        liger=_liger_eps(
             "liger_rms_norm",
-            lambda f, kw: lambda x, w: f(x, w, kw["eps"], in_place=False),
             "x, w, eps, in_place=False",
+            lambda f, eps: lambda x, w: f(x, w, eps, in_place=False),
+        ),
+        seeds=(
+            Seed(
+                "RMSNorm over channels dim=1, 112×64×512×512 fp32, eps 1e-5 (seed 001)",
+                "fwd",
+                (112, 64, 512, 512),
+                1,
+                torch.float32,
+                ("rownorm", "eager_expr", "compile_expr"),
+                {"eps": 1e-5},
+                params=(),
+            ),
         ),
     ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT + _PARAM_NOTE,
-    fwdbwd_bytes_text=_FWDBWD_TEXT + _PARAM_NOTE,
-    kwargs={"eps": 1e-6},
-    input_names=("x", "weight"),
-    seeds=(
-        Seed(
-            title="RMSNorm over channels dim=1, 112×64×512×512 fp32, eps 1e-5 (seed 001)",
-            mode="fwd",
-            shape=(112, 64, 512, 512),
-            dim=1,
-            dtype=torch.float32,
-            impls=("rownorm", "eager_expr", "compile_expr"),
-            kwargs={"eps": 1e-5},
-            params=(),
+    "layer_norm": Extras(
+        eager_label="F.layer_norm",
+        eager_expr="F.layer_norm(x, (N,), w, b, eps)",
+        liger=_liger_eps(
+            "liger_layer_norm", "x, w, b, eps", lambda f, eps: lambda x, w, b: f(x, w, b, eps)
+        ),
+        seeds=(
+            Seed(
+                "LayerNorm 10000×768 fp32, weight and bias (seed 004)",
+                "fwd",
+                (10000, 768),
+                -1,
+                torch.float32,
+                ("rownorm", "eager", "compile", "liger"),
+            ),
         ),
     ),
-)
-
-# ---- layer_norm -----------------------------------------------------------------------------
-
-
-def _ln_eager(dim: int, kw: dict) -> Fn:
-    last_dim(dim, "F.layer_norm")
-    eps = kw["eps"]
-    return lambda x, w=None, b=None: F.layer_norm(x, (x.shape[-1],), w, b, eps)
-
-
-LAYER_NORM = OpSpec(
-    name="layer_norm",
-    make_inputs=_inputs(params=("weight", "bias")),
-    reference=_reference("layer_norm"),
-    impls=(
-        rownorm_impl("layer_norm", "rownorm.layer_norm(x, w, b, dim, eps)"),
-        *eager_and_compiled("F.layer_norm", "F.layer_norm(x, (N,), w, b, eps)", _ln_eager),
-        liger_impl(
-            "layer_norm",
-            "liger_layer_norm",
-            lambda f, kw: lambda x, w, b: f(x, w, b, kw["eps"]),
-            "x, w, b, eps",
+    "softmax": Extras(
+        eager_label="softmax",
+        eager_expr="torch.softmax(x, dim)",
+        liger=liger_impl("liger_softmax", lambda f, kw: f, "x"),
+        seeds=(
+            Seed(
+                "softmax 100000×32 fp32 (seed 004)",
+                "fwd",
+                (100000, 32),
+                -1,
+                torch.float32,
+                ("rownorm", "eager", "compile", "liger"),
+            ),
         ),
     ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT + _PARAM_NOTE,
-    fwdbwd_bytes_text=_FWDBWD_TEXT + _PARAM_NOTE,
-    kwargs={"eps": 1e-5},
-    input_names=("x", "weight", "bias"),
-    seeds=(
-        Seed(
-            title="LayerNorm 10000×768 fp32, weight and bias (seed 004)",
-            mode="fwd",
-            shape=(10000, 768),
-            dim=-1,
-            dtype=torch.float32,
-            impls=("rownorm", "eager", "compile", "liger"),
-        ),
-    ),
-)
-
-# ---- softmax / log_softmax ------------------------------------------------------------------
-
-_SOFTMAX_BWD_TEXT = "5·M·N·b (fwd: read x, write y; bwd: read y, read dy, write dx)"
-
-SOFTMAX = OpSpec(
-    name="softmax",
-    make_inputs=_randn_inputs,
-    reference=_reference("softmax"),
-    impls=(
-        rownorm_impl("softmax", "rownorm.softmax(x, dim)"),
-        *eager_and_compiled(
-            "softmax", "torch.softmax(x, dim)", lambda dim, kw: lambda x: torch.softmax(x, dim)
-        ),
-        liger_impl("softmax", "liger_softmax", lambda f, kw: f),
-    ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT,
-    fwdbwd_bytes_text=_SOFTMAX_BWD_TEXT,
-    seeds=(
-        Seed(
-            title="softmax 100000×32 fp32 (seed 004)",
-            mode="fwd",
-            shape=(100000, 32),
-            dim=-1,
-            dtype=torch.float32,
-            impls=("rownorm", "eager", "compile", "liger"),
-        ),
-    ),
-)
-
-LOG_SOFTMAX = OpSpec(
-    name="log_softmax",
-    make_inputs=_randn_inputs,
-    reference=_reference("log_softmax"),
-    impls=(
-        rownorm_impl("log_softmax", "rownorm.log_softmax(x, dim)"),
-        *eager_and_compiled(
-            "log_softmax",
-            "torch.log_softmax(x, dim)",
-            lambda dim, kw: lambda x: torch.log_softmax(x, dim),
-        ),
-        liger_impl("log_softmax", None),
-    ),
-    fwd_tensors=2,
-    fwdbwd_tensors=5,
-    fwd_bytes_text=_FWD_TEXT,
-    fwdbwd_bytes_text=_SOFTMAX_BWD_TEXT,
-)
-
-# ---- add_rms_norm ---------------------------------------------------------------------------
-
-
-def _add_rms_eager(dim: int, kw: dict) -> Fn:
-    last_dim(dim, "add_rms_norm")
-    eps = kw["eps"]
-
-    def fn(x, residual, w=None):
-        r = x + residual
-        return F.rms_norm(r, (r.shape[-1],), w, eps), r
-
-    return fn
-
-
-ADD_RMS_NORM = OpSpec(
-    name="add_rms_norm",
-    make_inputs=_inputs(rows=2, params=("weight",)),
-    reference=_reference("add_rms_norm", pass_dim=False),
-    impls=(
-        rownorm_impl("add_rms_norm", "rownorm.add_rms_norm(x, residual, w, eps)", pass_dim=False),
-        *eager_and_compiled(
-            "x+res, F.rms_norm",
-            "r = x + residual; (F.rms_norm(r, (N,), w, eps), r)",
-            _add_rms_eager,
-        ),
-        liger_impl(
-            "add_rms_norm",
+    "log_softmax": Extras(eager_label="log_softmax", eager_expr="torch.log_softmax(x, dim)"),
+    "add_rms_norm": Extras(
+        kwargs={"eps": 1e-6},
+        eager_label="x+res, F.rms_norm",
+        eager_expr="r = x + residual; (F.rms_norm(r, (N,), w, eps), r)",
+        liger=_liger_eps(
             "liger_fused_add_rms_norm",
-            lambda f, kw: lambda x, res, w: f(x, res, w, kw["eps"], in_place=False),
             "x, residual, w, eps, in_place=False",
+            lambda f, eps: lambda x, res, w: f(x, res, w, eps, in_place=False),
         ),
+        output_names=("out", "r"),
     ),
-    fwd_tensors=4,
-    fwdbwd_tensors=8,
-    fwd_bytes_text="4·M·N·b (read x and residual, write out and r = x + residual)" + _PARAM_NOTE,
-    # Both outputs get a gradient (r feeds the next block's residual stream). The minimum
-    # backward reads dout, dr and r (rstd per row is saved) and writes ONE tensor,
-    # d(x) = d(residual) = dr + d(rms_norm)/dr: dx and dresidual are the same values.
-    fwdbwd_bytes_text="8·M·N·b (fwd: read x and residual, write out and r; bwd: read dout, dr "
-    "and r, write d(x) = d(residual) once)" + _PARAM_NOTE,
-    kwargs={"eps": 1e-6},
-    n_outputs=2,
-    input_names=("x", "residual", "weight"),
-    output_names=("out", "r"),
-    last_dim_only=True,
-)
-
-OPS: dict[str, OpSpec] = {
-    spec.name: spec
-    for spec in (
-        L2_NORMALIZE,
-        L1_NORMALIZE,
-        MEAN_ABS,
-        RMS_NORM,
-        LAYER_NORM,
-        SOFTMAX,
-        LOG_SOFTMAX,
-        ADD_RMS_NORM,
-    )
 }
+
+
+def _benchmarked() -> dict[str, OpSpec]:
+    """The table's family cases (named by their op) and the cases named in EXTRAS (by id),
+    in table order."""
+    family_ids = {case.id for case in families().values()}
+    family_names = {case.name for case in families().values()}
+    specs = {}
+    for case in TABLE.values():
+        if case.id in family_ids:
+            name = case.name
+        elif case.id in EXTRAS and case.id not in family_names:
+            name = case.id
+        else:
+            continue
+        specs[name] = _spec(name, case, EXTRAS.get(name, Extras()))
+    unknown = set(EXTRAS) - set(specs)
+    if unknown:
+        raise RuntimeError(f"rownorm.bench EXTRAS name ops not in the op table: {unknown}")
+    return specs
+
+
+OPS: dict[str, OpSpec] = _benchmarked()
