@@ -14,6 +14,7 @@
 #   build.log         the build (ptxas summary first, then warnings/errors and the tail)
 #   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
 #   sanitizer.log     compute-sanitizer memcheck and racecheck on a small workload of every op
+#                     of the op table (scripts/sanitize_workload.py)
 #   bench/results.csv, bench/results.md, bench/plots.tar (one PNG per op)  (python -m rownorm.bench)
 #
 # Environment:
@@ -282,7 +283,8 @@ else
     "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n $(($(nproc) > 2 ? $(nproc) - 1 : 1)))
     pytest_phase -q -m 'cuda and not large' "${xdist[@]}"
     pytest_phase -q -m large
-    pytest_phase ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' -k gpu_tiers "${xdist[@]}"
+    pytest_phase ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' \
+      -k 'gpu_tiers or tier_edge' "${xdist[@]}"
   fi
   grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
   st=$(status_of "$rc")

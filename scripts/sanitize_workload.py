@@ -1,5 +1,6 @@
-"""Small workload for compute-sanitizer: every op, forward + backward (parameter gradients
-included), on every tier: CUDA results against the same op on the CPU in float64.
+"""Small workload for compute-sanitizer: every op of the op table (``rownorm.testing``: its case
+with every parameter), forward + backward (parameter gradients included), on every tier: CUDA
+results against the same op on the CPU in float64.
 
     compute-sanitizer --tool memcheck python scripts/sanitize_workload.py [--device cuda]
 
@@ -14,8 +15,8 @@ import argparse
 import math
 import sys
 
-import rownorm
 import torch
+from rownorm.testing import OpInfo, families
 
 # (shape, dim, slice_cols): tiers by N (group / warp / CTA / cluster / beyond), the fused
 # weight-gradient CTA path (4096), strided reductions over dim 0 and 1 (scalar, streamed and
@@ -33,32 +34,24 @@ CASES = [
 ]
 
 
-def ops(x, dim, w, b, r):
-    """(name, output, parameters to differentiate) of every op on x."""
-    yield "l2_normalize", rownorm.l2_normalize(x, dim), ()
-    yield "mean_abs", rownorm.l1_normalize(x, dim, 1e-12, True), ()
-    yield "rms_norm", rownorm.rms_norm(x, w, dim, 1e-6), (w,)
-    yield "layer_norm", rownorm.layer_norm(x, w, b, dim, 1e-5), (w, b)
-    yield "softmax", rownorm.softmax(x, dim), ()
-    yield "log_softmax", rownorm.log_softmax(x, dim), ()
-    if dim in (-1, x.dim() - 1):
-        out, h = rownorm.add_rms_norm(x, r, w, 1e-6)
-        yield "add_rms_norm", out * 2 + h, (w, r)
-
-
-def results(dtype, device, x0, w0, b0, r0, dim, view_of, grad_dtype):
-    t = [v.to(device=device, dtype=dtype).requires_grad_(True) for v in (x0, w0, b0, r0)]
+def results(op: OpInfo, dtype, device, values: dict, dim: int, view_of, grad_dtype) -> list:
+    """The outputs of ``op`` and the gradients of all its inputs, computed in ``dtype`` on
+    ``device`` from ``values`` (float64, by input name); ``view_of``: x is a row-strided view
+    of a zero tensor of that shape."""
+    inp = {k: values[k].to(device=device, dtype=dtype).requires_grad_(True) for k in values}
     if view_of is not None:  # the same values as a row-strided view of a wider tensor
+        n = values["x"].shape[-1]
         wide = torch.zeros(view_of, dtype=dtype, device=device)
-        wide[:, : x0.shape[-1]] = t[0].detach()
-        t[0] = wide[:, : x0.shape[-1]].requires_grad_(True)
-    out = {}
-    for name, y, params in ops(t[0], dim, t[1], t[2], t[3]):
+        wide[:, :n] = inp["x"].detach()
+        inp["x"] = wide[:, :n].requires_grad_(True)
+    outs = op.call(inp, dim)
+    dys = []
+    for y in outs:
         dy = torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)
-        dy = dy.to(grad_dtype)  # the same rounded values in both runs
-        grads = torch.autograd.grad(y, (t[0], *params), dy.to(device=device, dtype=dtype))
-        out[name] = [y.detach(), *grads]
-    return out
+        dys.append(dy.to(grad_dtype).to(device=device, dtype=dtype))  # the same in both runs
+    names = op.grad_inputs(inp)
+    grads = torch.autograd.grad(outs, [inp[k] for k in names], dys)
+    return [y.detach() for y in outs] + list(grads)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,18 +64,24 @@ def main(argv: list[str] | None = None) -> int:
         x0 = torch.randn(shape, generator=g)
         x0 = x0[:, :cols].contiguous() if cols else x0
         n = x0.shape[dim]
-        w0, b0 = torch.randn(n, generator=g), torch.randn(n, generator=g)
-        r0 = torch.randn(x0.shape, generator=g)
+        values = {
+            "x": x0,
+            "weight": torch.randn(n, generator=g),
+            "bias": torch.randn(n, generator=g),
+            "residual": torch.randn(x0.shape, generator=g),
+        }
         for dtype in (torch.float32, torch.bfloat16):
-            rounded = [v.to(dtype).double() for v in (x0, w0, b0, r0)]
-            got = results(dtype, device, *rounded, dim, shape if cols else None, dtype)
-            ref = results(torch.float64, "cpu", *rounded, dim, None, dtype)
+            rounded = {k: v.to(dtype).double() for k, v in values.items()}
             tol = 2e-5 if dtype == torch.float32 else 3e-2
-            case_worst = max(
-                _error(a, c) / tol
-                for name in ref
-                for a, c in zip(got[name], ref[name], strict=True)
-            )
+            case_worst = 0.0
+            for op in families().values():
+                if not op.supports(x0, dim):
+                    continue
+                mine = {k: rounded[k] for k in op.input_names}
+                got = results(op, dtype, device, mine, dim, shape if cols else None, dtype)
+                ref = results(op, torch.float64, "cpu", mine, dim, None, dtype)
+                errs = [_error(a, c) / tol for a, c in zip(got, ref, strict=True)]
+                case_worst = max(case_worst, *errs)
             worst = max(worst, case_worst)
             print(
                 f"{str(dtype):<15} {str(shape):<14} dim={dim:<2} cols={cols} "
