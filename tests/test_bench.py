@@ -487,3 +487,101 @@ def test_small_calls_cuda() -> None:
         assert all(c.graph_us is None and "triton" in c.graph_note for c in calls)
     else:
         assert all(c.graph_us is not None and c.graph_us > 0 for c in calls), calls
+
+
+def test_an_op_added_to_the_table_is_benchmarked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's ops come from the op table: a new op there needs no edit here."""
+    import rownorm.testing
+
+    new = dataclasses.replace(rownorm.testing.OPS["softmax"], id="new_op", name="new_op")
+    monkeypatch.setitem(rownorm.testing.OPS, "new_op", new)
+    ops = specs._benchmarked()
+    assert list(ops)[: len(specs.OPS)] == list(specs.OPS)  # table order, the new op last
+    spec = ops["new_op"]
+    assert {i.name for i in spec.impls} == {"rownorm", "eager", "compile", "liger"}
+    assert spec.nbytes("fwdbwd", 3, 7, 2) == new.fwdbwd_bytes(3, 7, 2)
+    gen = torch.Generator().manual_seed(3)
+    inputs = spec.make_inputs((8, 40), -1, torch.float32, CPU, gen)
+    dys = [torch.randn(8, 40, generator=gen)]
+    for impl in (spec.ours(), spec.impl(spec.baseline)):
+        fn = impl.make(-1, dict(spec.kwargs))
+        err, detail = check.check_impl(spec, fn, inputs, -1, spec.kwargs, "fwdbwd", dys)
+        assert err <= check.TOLERANCE[torch.float32], (impl.name, detail)
+
+
+# ---- the GPU check's scripts (scripts/gpu_check.sh runs them on the GPU machine) -----------
+
+_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+needs_scripts = pytest.mark.skipif(
+    not os.path.isdir(_SCRIPTS), reason="needs the source tree's scripts/"
+)
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_SCRIPTS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_scripts
+def test_ptxas_report(tmp_path) -> None:
+    log = tmp_path / "build.log"
+    log.write_text(
+        "ptxas info    : Compiling entry function '_ZN7rownorm1KIfEEvv' for 'sm_90'\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem\n"
+        "ptxas info    : Compiling entry function '_ZN7rownorm1KIdEEvv' for 'sm_90'\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, 400 bytes cmem[0]\n"
+    )
+    report_py = _script("ptxas_report")
+    kernels = report_py.parse(log.read_text())
+    spill = kernels[("_ZN7rownorm1KIfEEvv", "sm_90")]
+    assert (spill.regs, spill.spill_st, spill.spill_ld, spill.stack, spill.smem) == (
+        255,
+        4,
+        12,
+        8,
+        1024,
+    )
+    assert kernels[("_ZN7rownorm1KIdEEvv", "sm_90")].regs == 40
+    top = tmp_path / "top.md"
+    assert report_py.main([str(log), str(top)]) == 0
+    text = top.read_text()
+    assert text.startswith("2 kernel(s), 1 with spills, at most 255 registers.")
+    assert text.index("**spills** | sm_90 | 255 | 4/12 | 8 | 1024 |") < text.index("| 40 |")
+    assert (
+        report_py.short("void rownorm::K<rownorm::Op<float>, 4>(int, float*)") == "K<Op<float>, 4>"
+    )
+
+
+@needs_scripts
+def test_sanitizer_workload_covers_the_table(monkeypatch, capsys) -> None:
+    """The workload runs every op of the table (on the CPU here) and says when one is wrong."""
+    import rownorm.testing
+
+    workload = _script("sanitize_workload")
+    monkeypatch.setattr(workload, "CASES", [((6, 40), -1, None), ((4, 8), -1, 6)])
+    called = []
+    results = workload.results
+
+    def spy(op, *args):
+        called.append(op.name)
+        return results(op, *args)
+
+    monkeypatch.setattr(workload, "results", spy)
+    assert workload.main(["--device", "cpu"]) == 0
+    assert "sanitizer workload: results OK" in capsys.readouterr().out
+    assert set(called) == set(rownorm.testing.op_names())
+
+    def wrong(op, dtype, device, *args):
+        out = results(op, dtype, device, *args)
+        return [t * 1.001 for t in out] if device == "cpu" and dtype == torch.float32 else out
+
+    monkeypatch.setattr(workload, "results", wrong)
+    assert workload.main(["--device", "cpu"]) == 1
+    assert "sanitizer workload: RESULTS WRONG" in capsys.readouterr().out
