@@ -21,29 +21,6 @@ Modules, each importable on its own (``import rownorm`` imports none of them):
 
 It stays inside the package (rather than under ``benchmarks/``) so that ``python -m
 rownorm.bench`` runs against an installed wheel, with no checkout, on the machine being
-measured; ``python -m rownorm`` reuses its op table, correctness check and timer.
+measured. This file imports nothing, so that a tool needing one part (the timer, say) loads only
+that part and what it imports.
 """
-
-from rownorm.bench.check import TOLERANCE, as_tuple, check_impl
-from rownorm.bench.cli import main, parse_args
-from rownorm.bench.impls import FAMILIES, Impl, Unavailable
-from rownorm.bench.specs import MODES, OPS, SHORT_DTYPE, OpSpec, Seed
-from rownorm.bench.timer import Timer, time_impl
-
-__all__ = [
-    "FAMILIES",
-    "MODES",
-    "OPS",
-    "SHORT_DTYPE",
-    "TOLERANCE",
-    "Impl",
-    "OpSpec",
-    "Seed",
-    "Timer",
-    "Unavailable",
-    "as_tuple",
-    "check_impl",
-    "main",
-    "parse_args",
-    "time_impl",
-]

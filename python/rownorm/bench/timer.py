@@ -3,9 +3,8 @@
 Why not ``triton.testing.do_bench``, whose method this is (warm-up sized from an estimate,
 a buffer zeroed before every rep, CUDA events around the call alone, the median)?
 
-- rownorm's only runtime dependency is torch: ``python -m rownorm`` times with this class on
-  machines without triton (CPU builds of torch, where the tests also run it).
-- The same code times on the CPU (wall time), which CI's tests of the harness use.
+- rownorm's only runtime dependency is torch, and triton is missing where torch is a CPU
+  build (CI, where the tests run the whole harness on the CPU with this same code, wall time).
 - The flush buffer is sized from the device (max(256 MiB, 2 × L2)), where do_bench's is a
   fixed 256 MiB, and the number of reps is bounded below (``min_reps``): do_bench runs a
   100 ms op once.
