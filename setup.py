@@ -170,7 +170,7 @@ ext = CUDAExtension(
 setup(
     name="rownorm",
     version=VERSION,
-    packages=["rownorm", "rownorm.testing"],
+    packages=["rownorm", "rownorm.bench", "rownorm.testing"],
     package_dir={"": "python"},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},

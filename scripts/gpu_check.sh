@@ -14,25 +14,25 @@
 #   build.log         the build (ptxas summary first, then warnings/errors and the tail)
 #   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
 #   sanitizer.log     compute-sanitizer memcheck and racecheck on a small workload of every op
+#                     of the op table (scripts/sanitize_workload.py)
 #   bench/results.csv, bench/results.md, bench/plots.tar (one PNG per op)  (python -m rownorm.bench)
 #
 # Environment:
 #   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
 #   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
 #   TORCH_CUDA_ARCH_LIST  default 9.0
-#   PYTEST_ARGS           default: with pytest-xdist (a wheel in $WHEELS) every CUDA test,
-#                         `-m 'cuda and not large' -n <cores-1>` (the CPU tests are CI's),
-#                         `-m large`, then the tier-edge tests with ROWNORM_DISABLE_CLUSTERS=1
-#                         (the pre-Hopper tier table); else one process `-m "large or not large"`
+#   PYTEST_ARGS           one pytest run with these arguments instead of the default three:
+#                         `-m 'cuda and not large' -n <cores-1>` (pytest-xdist, which the GPU
+#                         image ships; the CPU tests are CI's), `-m large`, then the tier-edge
+#                         tests with ROWNORM_DISABLE_CLUSTERS=1 (the pre-Hopper tier table)
 #   BENCH_ARGS            default: --dtypes bf16 (every op, the bf16 grid of 12 N, fwd and
 #                         fwd+bwd, and the seeds' workloads, which are fp32)
 #   BENCH_BUDGET          seconds the benchmark may start measurements for (default 250): it
 #                         measures the seeds, then N = 256..262144 in FIRST_ROUND_NS for every op,
 #                         then the other N, and writes what it measured when the time is up
-#   WHEELS                folder of wheels installed (--no-deps --no-index): pytest-xdist +
-#                         execnet for the tests, and for the benchmark's
-#                         optional peers, e.g. Liger-Kernel (default .wheels; nothing can be
-#                         downloaded on the GPU machine)
+#   WHEELS                folder of wheels of the benchmark's optional peers (Liger-Kernel),
+#                         installed with --no-deps --no-index for the benchmark (default
+#                         .wheels; nothing can be downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
 #   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
 #   PYTHON                default python3
@@ -72,8 +72,9 @@ FAILED=0
 
 log() { echo "[gpu_check $(date +%H:%M:%S) +$((SECONDS - START))s] $*"; }
 
-# The seconds a step may take: at most $1, and never past the deadline less $2 (reserved for
-# the steps after it and the summary).
+# The seconds a step may take: at most $1, and never past the deadline less $2, the time kept
+# for the steps after it (build 120, self-check 120, tests 100, memcheck 200, racecheck 80,
+# benchmark 10 for the summary): a slow step shortens the later ones, never skips them.
 budget() {
   local max=$1 reserve=${2:-15}
   local left=$((DEADLINE - SECONDS - reserve))
@@ -189,78 +190,7 @@ else
     timeout -k 10 "$limit" "$PY" setup.py build_ext --inplace >"$WORK/build_full.log" 2>&1
   rc=$?
   # ptxas resource usage per kernel (entry functions), demangled.
-  "$PY" - "$WORK/build_full.log" "$WORK/ptxas_top.md" >"$WORK/ptxas.md" <<'EOF'
-import re, subprocess, sys
-
-text = open(sys.argv[1], errors="replace").read()
-kernels, cur = {}, None
-for line in text.splitlines():
-    m = re.search(r"Compiling entry function '([^']+)' for '(sm_\w+)'", line)
-    if m:
-        cur = (m.group(1), m.group(2))
-        kernels[cur] = {"regs": 0, "stack": 0, "spill_st": 0, "spill_ld": 0, "smem": 0}
-        continue
-    if cur is None:
-        continue
-    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-                  line)
-    if m:
-        kernels[cur].update(stack=int(m[1]), spill_st=int(m[2]), spill_ld=int(m[3]))
-    m = re.search(r"Used (\d+) registers", line)
-    if m:
-        s = re.search(r"(\d+) bytes smem", line)
-        kernels[cur].update(regs=int(m[1]), smem=int(s[1]) if s else 0)
-        cur = None
-if not kernels:
-    sys.exit(0)
-names = sorted({k[0] for k in kernels})
-try:
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    pretty = dict(zip(names, out, strict=True))
-except (OSError, subprocess.CalledProcessError, ValueError):
-    pretty = {n: n for n in names}
-
-
-def short(name):
-    """'void rownorm::K<rownorm::Op<float>, float, 4>(args...)' -> 'K<Op<float>, float, 4>'."""
-    name = name.removeprefix("void ").replace("rownorm::", "")
-    depth = 0
-    for i, ch in enumerate(name):
-        depth += ch == "<"
-        depth -= ch == ">"
-        if ch == "(" and depth == 0:
-            return name[:i]
-    return name
-
-
-def spills(v):
-    return v["spill_st"] + v["spill_ld"] > 0
-
-
-def table(rows):
-    lines = ["| kernel | arch | regs | spill st/ld (B) | stack (B) | smem (B) |",
-             "|---|---|---:|---:|---:|---:|"]
-    for (name, arch), v in rows:
-        flag = " **spills**" if spills(v) else ""
-        lines.append(f"| `{short(pretty[name])}`{flag} | {arch} | {v['regs']} | "
-                     f"{v['spill_st']}/{v['spill_ld']} | {v['stack']} | {v['smem']} |")
-    return "\n".join(lines)
-
-
-items = sorted(kernels.items(), key=lambda kv: (not spills(kv[1]), short(pretty[kv[0][0]])))
-n_spill = sum(spills(v) for v in kernels.values())
-head = (f"{len(kernels)} kernel(s), {n_spill} with spills, at most "
-        f"{max(v['regs'] for v in kernels.values())} registers.\n")
-print(head)
-print(table(items))
-# For summary.md: the kernels that spill, then the 12 with the most registers.
-top = [kv for kv in items if spills(kv[1])]
-top += sorted((kv for kv in items if not spills(kv[1])), key=lambda kv: -kv[1]["regs"])[:12]
-with open(sys.argv[2], "w") as f:
-    f.write(head + "\nKernels that spill, then the 12 using the most registers (all of them in "
-            "build.log):\n\n" + table(top) + "\n")
-EOF
+  "$PY" scripts/ptxas_report.py "$WORK/build_full.log" "$WORK/ptxas_top.md" >"$WORK/ptxas.md"
   if [[ ! -s $WORK/ptxas.md && -s build/rownorm_ptxas.md ]]; then
     note="(from an earlier build on this machine: nothing was recompiled; REBUILD=1 to redo)"
     { echo "$note"; echo; cat build/rownorm_ptxas.md; } >"$WORK/ptxas.md"
@@ -312,28 +242,6 @@ else
 fi
 
 # ---- tests ---------------------------------------------------------------------------------
-# Wheels carried in $WHEELS (nothing can be downloaded on the GPU machine): pytest-xdist and
-# execnet for the tests, Liger-Kernel for the benchmark's peers. Installed once into a private
-# folder with --no-deps --no-index (torch and triton are the image's); a wheel that does not
-# install only makes its feature unavailable (tests in one process, peer "not run").
-install_wheels() {
-  local dir=${WHEELS:-$ROOT/.wheels} site=$WORK/site
-  local whls=("$dir"/*.whl)
-  if [[ ! -e ${whls[0]} ]]; then
-    WHEELS_NOTE="no wheels in $dir"
-    return
-  fi
-  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-    "${whls[@]}" >"$WORK/pip.log" 2>&1; then
-    export PYTHONPATH="$site:$PYTHONPATH"
-    WHEELS_NOTE="installed $(basename -a "${whls[@]}" | tr '\n' ' ')"
-  else
-    WHEELS_NOTE="pip install of $dir/*.whl failed: $(tail -1 "$WORK/pip.log")"
-  fi
-}
-
-install_wheels
-
 if [[ ${SKIP_TESTS:-0} == 1 ]]; then
   record tests skipped 0 "SKIP_TESTS=1"
 else
@@ -341,43 +249,43 @@ else
   limit=$(budget 330 100)
   extra=(-rfE -p no:cacheprovider)
   "$PY" -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=120)
-  # The suite is ~22 500 tests (~14 minutes in one process): with pytest-xdist the tests that
-  # are not `large` run on one worker per core but one, then `large` in this process (each of
-  # those holds tens of GB of device memory).
-  phases=('-q -m "large or not large"')
-  if [[ -v PYTEST_ARGS ]]; then
-    phases=("$PYTEST_ARGS")
-  elif "$PY" -c 'import xdist' 2>/dev/null; then
-    workers=$(($(nproc) > 2 ? $(nproc) - 1 : 1))
-    # ... and the tier-edge tests again with the pre-Hopper tier table (no clusters). The CPU
-    # tests are CI's (`.ci/run`); here they would double the time (oversubscribed CPU ops).
-    phases=("-q -m 'cuda and not large' -n $workers" '-q -m large'
-      "ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' -k tier_edges -n $workers")
-  fi
+  : >"$WORK/pytest.log"
   rc=0
   line=""
-  : >"$WORK/pytest.log"
-  for phase in "${phases[@]}"; do
-    pytest_args=()
-    eval "pytest_args=($phase)"
-    phase_env=()  # a leading VAR=value word is the phase's environment
-    if [[ ${pytest_args[0]:-} == *=* ]]; then
-      phase_env=("${pytest_args[0]}")
-      pytest_args=("${pytest_args[@]:1}")
+  # One pytest run, cut to what is left of the step's limit: [VAR=value] pytest-arguments...
+  pytest_phase() {
+    local phase_env=() left=$((limit - (SECONDS - t0))) prc pline
+    if [[ ${1:-} == *=* ]]; then
+      phase_env=("$1")
+      shift
     fi
-    left=$((limit - (SECONDS - t0)))
     ((left < 10)) && left=10
-    log "tests: ${phase_env[*]} pytest tests ${extra[*]} ${pytest_args[*]} (limit ${left}s)"
-    echo "==== ${phase_env[*]} pytest tests ${extra[*]} ${pytest_args[*]}" >>"$TESTS_LOG"
-    timeout -k 10 "$left" env "${phase_env[@]}" "$PY" -m pytest tests "${extra[@]}" \
-      "${pytest_args[@]}" 2>&1 \
+    log "tests: ${phase_env[*]} pytest tests ${extra[*]} $* (limit ${left}s)"
+    echo "==== ${phase_env[*]} pytest tests ${extra[*]} $*" >>"$TESTS_LOG"
+    timeout -k 10 "$left" env "${phase_env[@]}" "$PY" -m pytest tests "${extra[@]}" "$@" 2>&1 \
       | tee "$WORK/pytest_phase.log" | tee -a "$TESTS_LOG" >>"$WORK/pytest.log"
     prc=${PIPESTATUS[0]}
     ((prc != 0 && rc == 0)) && rc=$prc
     pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
       "$WORK/pytest_phase.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
-    line="${line:+$line; }${pline:-no pytest summary line} (${phase_env[*]:+${phase_env[*]} }${pytest_args[*]})"
-  done
+    line="${line:+$line; }${pline:-no pytest summary line} (${phase_env[*]:+${phase_env[*]} }$*)"
+  }
+  if [[ -v PYTEST_ARGS ]]; then
+    args=()
+    eval "args=($PYTEST_ARGS)"
+    pytest_phase "${args[@]}"
+  else
+    # The tests that are not `large` on one worker per core but one, then `large` in one
+    # process (each holds tens of GB of device memory), then the tier-edge tests again with
+    # the pre-Hopper tier table (no clusters). The CPU tests are CI's (`.ci/run`); here they
+    # would double the time (oversubscribed CPU ops).
+    xdist=()
+    "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n $(($(nproc) > 2 ? $(nproc) - 1 : 1)))
+    pytest_phase -q -m 'cuda and not large' "${xdist[@]}"
+    pytest_phase -q -m large
+    pytest_phase ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' \
+      -k 'gpu_tiers or tier_edge' "${xdist[@]}"
+  fi
   grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
   st=$(status_of "$rc")
   [[ $rc == 5 ]] && st="FAIL (no tests ran)"
@@ -394,78 +302,6 @@ if [[ ${SKIP_SANITIZER:-0} == 1 ]]; then
 elif [[ -z $SANITIZER || $HAVE_GPU == 0 ]]; then
   record sanitizer skipped 0 "no compute-sanitizer or no GPU"
 else
-  cat >"$WORK/sanitize_ops.py" <<'EOF'
-"""Small workload for compute-sanitizer: every op, forward + backward (parameter gradients
-included), on every tier: CUDA results against the same op on the CPU in float64."""
-import torch
-
-import rownorm
-
-DEVICE = "cuda"
-# (shape, dim, slice_cols): tiers by N (group / warp / CTA / cluster / beyond), the fused
-# weight-gradient CTA path (4096), strided reductions over dim 0 and 1 (scalar, streamed and
-# 16-byte-pack columns), row-strided input.
-CASES = [
-    ((64, 100), -1, None), ((16, 1500), -1, None), ((40, 4096), -1, None),
-    ((4, 65535), -1, None), ((2, 300000), -1, None), ((300, 4, 5), 0, None),
-    ((3, 70, 33), 1, None), ((2, 48, 264), 1, None), ((8, 1024), -1, 1000),
-]
-
-
-def ops(x, dim, w, b, r):
-    """(name, output, parameters to differentiate) of every op on x."""
-    yield "l2_normalize", rownorm.l2_normalize(x, dim), ()
-    yield "mean_abs", rownorm.l1_normalize(x, dim, 1e-12, True), ()
-    yield "rms_norm", rownorm.rms_norm(x, w, dim, 1e-6), (w,)
-    yield "layer_norm", rownorm.layer_norm(x, w, b, dim, 1e-5), (w, b)
-    yield "softmax", rownorm.softmax(x, dim), ()
-    yield "log_softmax", rownorm.log_softmax(x, dim), ()
-    if dim in (-1, x.dim() - 1):
-        out, h = rownorm.add_rms_norm(x, r, w, 1e-6)
-        yield "add_rms_norm", out * 2 + h, (w, r)
-
-
-def results(dtype, device, x0, w0, b0, r0, dim, view_of, grad_dtype):
-    t = [v.to(device=device, dtype=dtype).requires_grad_(True) for v in (x0, w0, b0, r0)]
-    if view_of is not None:  # the same values as a row-strided view of a wider tensor
-        wide = torch.zeros(view_of, dtype=dtype, device=device)
-        wide[:, : x0.shape[-1]] = t[0].detach()
-        t[0] = wide[:, : x0.shape[-1]].requires_grad_(True)
-    out = {}
-    for name, y, params in ops(t[0], dim, t[1], t[2], t[3]):
-        dy = torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)
-        dy = dy.to(grad_dtype)  # the same rounded values in both runs
-        grads = torch.autograd.grad(y, (t[0], *params), dy.to(device=device, dtype=dtype))
-        out[name] = [y.detach(), *grads]
-    return out
-
-
-worst = 0.0
-for i, (shape, dim, cols) in enumerate(CASES):
-    g = torch.Generator().manual_seed(i)
-    x0 = torch.randn(shape, generator=g)
-    x0 = x0[:, :cols].contiguous() if cols else x0
-    n = x0.shape[dim]
-    w0, b0 = torch.randn(n, generator=g), torch.randn(n, generator=g)
-    r0 = torch.randn(x0.shape, generator=g)
-    for dtype in (torch.float32, torch.bfloat16):
-        rounded = [v.to(dtype).double() for v in (x0, w0, b0, r0)]
-        got = results(dtype, DEVICE, *rounded, dim, shape if cols else None, dtype)
-        ref = results(torch.float64, "cpu", *rounded, dim, None, dtype)
-        case_worst = 0.0
-        for name in ref:
-            for a, c in zip(got[name], ref[name]):
-                a = a.double().cpu()
-                fin = torch.isfinite(c)
-                scale = c[fin].abs().max().clamp_min(1e-30)
-                err = ((a - c).abs()[fin].max() / scale).item()
-                tol = 2e-5 if dtype == torch.float32 else 3e-2
-                case_worst = max(case_worst, err / tol)
-        worst = max(worst, case_worst)
-        print(f"{str(dtype):<15} {str(shape):<14} dim={dim:<2} cols={cols} "
-              f"worst error / tolerance {case_worst:.2f}", flush=True)
-print("sanitizer workload:", "results OK" if worst <= 1 else "RESULTS WRONG")
-EOF
   : >"$WORK/sanitizer_summary.txt"
   for tool in memcheck racecheck; do
     t0=$SECONDS
@@ -486,8 +322,7 @@ EOF
     # shellcheck disable=SC2086
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$limit" "$SANITIZER" --tool "$tool" \
       "${filter[@]}" --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} \
-      "$PY" "$WORK/sanitize_ops.py" \
-      >"$WORK/$tool.log" 2>&1
+      "$PY" scripts/sanitize_workload.py >"$WORK/$tool.log" 2>&1
     rc=$?
     head -c 400000 "$WORK/$tool.log" >>"$SAN_LOG"
     sum=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HAZARD SUMMARY' "$WORK/$tool.log" | tail -1 \
@@ -498,11 +333,30 @@ EOF
       >>"$WORK/sanitizer_summary.txt"
     st=$(status_of "$rc")
     [[ $rc == 99 ]] && st="FAIL (errors found)"
-    [[ $rc == 0 && $res == *WRONG* ]] && st="FAIL (wrong results)"
+    [[ $rc != 99 && $res == *WRONG* ]] && st="FAIL (wrong results)"
     record "$tool" "$st" $((SECONDS - t0)) "${sum:-no summary line}; ${res:-workload did not finish}"
     log "$tool: $st — $sum"
   done
 fi
+
+# Wheels carried in $WHEELS (nothing can be downloaded on the GPU machine) for the benchmark's
+# peers, installed into a private folder with --no-deps --no-index (torch and triton are the
+# image's); a wheel that does not install only makes its peer "not run".
+install_wheels() {
+  local dir=${WHEELS:-$ROOT/.wheels} site=$WORK/site
+  local whls=("$dir"/*.whl)
+  if [[ ! -e ${whls[0]} ]]; then
+    WHEELS_NOTE="no wheels in $dir"
+    return
+  fi
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "${whls[@]}" >"$WORK/pip.log" 2>&1; then
+    export PYTHONPATH="$site:$PYTHONPATH"
+    WHEELS_NOTE="installed $(basename -a "${whls[@]}" | tr '\n' ' ')"
+  else
+    WHEELS_NOTE="pip install of $dir/*.whl failed: $(tail -1 "$WORK/pip.log")"
+  fi
+}
 
 # ---- benchmark ----------------------------------------------------------------------------
 if [[ ${SKIP_BENCH:-0} == 1 ]]; then
@@ -512,15 +366,15 @@ elif [[ $HAVE_GPU == 0 ]]; then
 else
   t0=$SECONDS
   bench_budget=${BENCH_BUDGET:-250}
-  # The budget, plus start-up (imports, the copy-limit measurement), the measurement in flight
-  # when the budget ends and the reports.
+  # The harness's --time-budget is the step's limit less 60 s: start-up (imports, the copy
+  # limit), the measurement in flight when the budget ends, and the reports.
   limit=$(budget $((bench_budget + 60)) 10)
-  if ((limit < 40)); then
+  if ((limit < 90)); then
     record bench skipped 0 "no time left (${limit}s)"
   else
+    install_wheels
     log "bench: $WHEELS_NOTE"
-    tb=$((limit - 40))
-    ((tb > bench_budget)) && tb=$bench_budget
+    tb=$((limit - 60))
     # shellcheck disable=SC2206
     bench_args=(${BENCH_ARGS:---dtypes bf16})
     log "bench: python -m rownorm.bench --time-budget $tb ${bench_args[*]} (limit ${limit}s)"
