@@ -129,7 +129,8 @@ def test_import_refuses_torch_of_another_cuda_major():
 
 def test_load_error_for_torch_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
-    err = OSError("libtorch_cuda.so: cannot open shared object file")
+    err = OSError("Could not load this library: _C.abi3.so")  # as torch.ops.load_library
+    err.__cause__ = OSError("libtorch_cuda.so: cannot open shared object file")
     message = _loader._load_error("_C.abi3.so", err, {"cuda_major": 13})
     assert "built without CUDA" in message and "CUDA 13 build of torch" in message, message
     assert "libtorch_cuda.so" in message, message

@@ -139,6 +139,12 @@ def load_library() -> str:
 
 
 def _load_error(name: str, err: OSError, info: dict[str, object]) -> str:
+    # torch.ops.load_library wraps the dynamic loader's error, which names the missing library.
+    root: BaseException = err
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if root is not err:
+        err = OSError(f"{err} ({root})")
     built = _major(info.get("cuda_major", info.get("cuda")))
     cuda = f"CUDA {built}" if built is not None else "CUDA"
     if torch.version.cuda is None:
