@@ -254,6 +254,5 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
-    python_requires=">=3.10",
     install_requires=[f"torch>={MIN_TORCH}"],
 )
