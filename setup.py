@@ -19,9 +19,10 @@ adds the CUDA major version the library is compiled for as a PEP 440 local label
 (``0.2.0+cu13``). Why a local label rather than a distribution per CUDA major
 (``rownorm-cu13``): the import name, ``importlib.metadata.version("rownorm")`` and requirements
 such as ``rownorm>=0.2`` stay the same for every CUDA flavour (``0.2.0+cu13`` satisfies
-``==0.2.0``), pip cannot install two flavours side by side over one another, and a source
-build labels itself from the toolkit it used. The cost: PyPI rejects local labels, so wheels
-are published as GitHub release assets or on a per-CUDA index, as PyTorch's own are.
+``==0.2.0``), pip replaces one flavour with another rather than installing both over the same
+files, and a source build labels itself from the toolkit it used. The cost: PyPI rejects local
+labels, so wheels are published as GitHub release assets or on a per-CUDA index, as PyTorch's
+own are.
 """
 
 import os
