@@ -8,9 +8,11 @@ in test_large.py).
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import types
@@ -172,3 +174,54 @@ def test_seed_expression_reduced(device, eps):
     tol = TOL[torch.float32]
     torch.testing.assert_close(out, seed, rtol=tol.rtol, atol=tol.atol * seed.abs().max().item())
     assert_matches(out, reference_forward(x, 1, eps))
+
+
+def _setup_py_arch_chooser(devices, torch_archs):
+    """setup.py's _choose_arch_list, run against a fake torch.cuda showing ``devices``."""
+    setup_py = Path(__file__).resolve().parent.parent / "setup.py"
+    if not setup_py.is_file():
+        pytest.skip("setup.py is not beside tests/")
+    tree = ast.parse(setup_py.read_text())
+    names = {"_choose_arch_list", "DEFAULT_ARCH_LIST", "MIN_ARCH"}
+    wanted = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (isinstance(node, ast.Assign) and {getattr(t, "id", None) for t in node.targets} & names)
+    ]
+    cuda = types.SimpleNamespace(
+        is_available=lambda: bool(devices),
+        device_count=lambda: len(devices),
+        get_device_name=lambda i: devices[i][0],
+        get_device_capability=lambda i: devices[i][1],
+        get_arch_list=lambda: list(torch_archs),
+    )
+    namespace = {"os": os, "re": re, "torch": types.SimpleNamespace(cuda=cuda)}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(setup_py), "exec"), namespace)
+    return namespace["_choose_arch_list"], namespace["DEFAULT_ARCH_LIST"]
+
+
+TORCH_ARCHS = ("sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+
+
+@pytest.mark.parametrize(
+    ("env", "devices", "expected"),
+    [
+        ("9.0", [("H100", (9, 0))], "9.0"),  # an explicit list always wins
+        (None, [("H100", (9, 0))] * 2, "9.0"),  # the local GPU only, once
+        ("native", [("H100", (9, 0)), ("A100", (8, 0))], "8.0;9.0"),
+        (None, [("T4", (7, 5)), ("L4", (8, 9))], "8.9"),  # below sm_80: not built for
+        (None, [("next", (13, 0))], "12.0+PTX"),  # newer than the toolkit: PTX of its newest
+        (None, [], "default"),  # no GPU: every supported arch
+        (None, [("T4", (7, 5))], "default"),
+    ],
+)
+def test_setup_py_arch_list(monkeypatch, env, devices, expected):
+    choose, default = _setup_py_arch_chooser(devices, TORCH_ARCHS)
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    if env is not None:
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", env)
+    archs, reason = choose()
+    assert archs == (default if expected == "default" else expected), reason
+    if devices and expected != "default" and env != "9.0":
+        assert "this machine's GPUs only" in reason and devices[-1][0] in reason, reason
