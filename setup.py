@@ -4,23 +4,40 @@ One wheel (cp310-abi3) serves every CPython >= 3.10 and every torch >= 2.11, bec
 extension uses only the stable C shim (``torch/csrc/stable``, ``torch/headeronly``) and no
 Python C API. It builds on machines without a GPU; environment knobs:
 
-  TORCH_CUDA_ARCH_LIST  archs to build for (default: 8.0;8.6;8.9;9.0;10.0;12.0+PTX)
+  TORCH_CUDA_ARCH_LIST  archs to build for. Unset (or "native"): the archs of the GPUs this
+                        machine shows (a source build serves the machine it is built on, in a
+                        fraction of the time); with no GPU visible, every supported arch:
+                        8.0;8.6;8.9;9.0;10.0;12.0+PTX. Release wheels set the full list.
   CUDA_HOME             CUDA toolkit root (default: $CUDA_PATH, /usr/local/cuda, or nvcc's prefix)
   MAX_JOBS              parallel compile jobs (ninja)
   NVCC_THREADS          threads per nvcc invocation (--threads)
   DEBUG=1               -O0 -g -lineinfo host and device code
   ROWNORM_PTXAS_VERBOSE=1  print the ptxas resource report (registers, spills) for every kernel
+
+Version: ``python/rownorm/_version.py`` holds the release version; the distribution's version
+adds the CUDA major version the library is compiled for as a PEP 440 local label
+(``0.2.0+cu13``). Why a local label rather than a distribution per CUDA major
+(``rownorm-cu13``): the import name, ``importlib.metadata.version("rownorm")`` and requirements
+such as ``rownorm>=0.2`` stay the same for every CUDA flavour (``0.2.0+cu13`` satisfies
+``==0.2.0``), pip replaces one flavour with another rather than installing both over the same
+files, and a source build labels itself from the toolkit it used. The cost: PyPI rejects local
+labels, so wheels are published as GitHub release assets or on a per-CUDA index, as PyTorch's
+own are.
 """
 
 import os
+import re
+import runpy
 import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0;10.0;12.0+PTX"
+# The oldest arch the kernels support (DEFAULT_ARCH_LIST starts there).
+MIN_ARCH = (8, 0)
 # torch 2.11: the oldest torch whose stable ABI has everything the bindings use.
 TORCH_TARGET_VERSION = "0x020b000000000000"
 MIN_TORCH = "2.11"
@@ -48,9 +65,56 @@ if cuda_home is None:
         "holding bin/nvcc and include/cuda_runtime.h)"
     )
 os.environ["CUDA_HOME"] = cuda_home
-os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCH_LIST)
 
-import torch  # noqa: E402  (CUDA_HOME must be set before cpp_extension reads it)
+import torch  # noqa: E402
+
+
+def _choose_arch_list() -> tuple[str, str]:
+    """(TORCH_CUDA_ARCH_LIST to build for, why it was chosen)."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if given and given != "native":
+        return given, "TORCH_CUDA_ARCH_LIST as given"
+    if not torch.cuda.is_available():
+        return DEFAULT_ARCH_LIST, "no GPU visible: every supported arch"
+    # As cpp_extension does for an unset list: each visible GPU's arch, clamped to the newest
+    # arch this torch (and so its CUDA toolkit) knows. No +PTX: this build serves this
+    # machine's GPUs, and PTX of ~1,000 kernels would be JIT-compiled for minutes on any other.
+    known = [a for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
+    sms = [int(re.sub(r"\D", "", a[3:])) for a in known]  # sm_90a -> 90
+    newest = max(((sm // 10, sm % 10) for sm in sms), default=None)
+    archs: list[str] = []
+    used: list[str] = []
+    skipped: list[str] = []
+    for i in range(torch.cuda.device_count()):
+        cap = torch.cuda.get_device_capability(i)
+        name = f"{torch.cuda.get_device_name(i)} (sm_{cap[0]}{cap[1]})"
+        if cap < MIN_ARCH:
+            skipped.append(name)
+            continue
+        used.append(name)
+        arch = f"{cap[0]}.{cap[1]}"
+        if newest is not None and cap > newest:
+            # A GPU newer than the toolkit: PTX of the newest arch, which its driver compiles.
+            arch = f"{newest[0]}.{newest[1]}+PTX"
+        if arch not in archs:
+            archs.append(arch)
+    note = f"; skipped below sm_{MIN_ARCH[0]}{MIN_ARCH[1]}: {', '.join(skipped)}" if skipped else ""
+    if not archs:
+        return DEFAULT_ARCH_LIST, f"no supported GPU visible{note}: every supported arch"
+    archs.sort(key=lambda a: tuple(map(int, a.split("+")[0].split("."))))
+    gpus = ", ".join(dict.fromkeys(used))
+    return ";".join(archs), (
+        f"TORCH_CUDA_ARCH_LIST unset: this machine's GPUs only, {gpus}{note}; set "
+        "TORCH_CUDA_ARCH_LIST to build for others"
+    )
+
+
+ARCH_LIST, ARCH_REASON = _choose_arch_list()
+# cpp_extension reads the list from the environment when it compiles.
+os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
+print(f"rownorm: building for TORCH_CUDA_ARCH_LIST={ARCH_LIST} ({ARCH_REASON})", flush=True)
+
+# CUDA_HOME must be set before cpp_extension reads it.
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
 
 
@@ -93,8 +157,12 @@ def _write_build_info() -> None:
         "torch_built_against": torch.__version__.split("+")[0],
         "torch_cuda_built_against": torch.version.cuda,
         "min_torch": MIN_TORCH,
-        "cuda": _nvcc_version(),
-        "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"],
+        "cuda": CUDA_VERSION,
+        # The CUDA major the library is compiled for; rownorm refuses to load into a torch
+        # built for another (rownorm._loader.check_cuda_major).
+        "cuda_major": CUDA_MAJOR,
+        "arch_list": ARCH_LIST,
+        "arch_source": ARCH_REASON,
         "revision": _git_revision(),
         "debug": DEBUG,
     }
@@ -104,7 +172,17 @@ def _write_build_info() -> None:
     )
 
 
-VERSION = "0.1.0"
+# The one source of the release version (also what rownorm.__version__ falls back to).
+BASE_VERSION = runpy.run_path(str(ROOT / "python" / "rownorm" / "_version.py"))["VERSION"]
+CUDA_VERSION = _nvcc_version()
+try:
+    CUDA_MAJOR = int(CUDA_VERSION.split(".")[0])
+except ValueError as err:
+    raise RuntimeError(
+        f"rownorm: cannot tell the CUDA version of {cuda_home} (nvcc --version gave "
+        f"{CUDA_VERSION!r}); check CUDA_HOME"
+    ) from err
+VERSION = f"{BASE_VERSION}+cu{CUDA_MAJOR}"
 DEBUG = os.environ.get("DEBUG", "0") == "1"
 _write_build_info()
 
@@ -170,11 +248,12 @@ ext = CUDAExtension(
 setup(
     name="rownorm",
     version=VERSION,
-    packages=["rownorm", "rownorm.bench", "rownorm.testing"],
+    packages=find_packages(where="python", include=["rownorm", "rownorm.*"]),
     package_dir={"": "python"},
+    # py.typed: rownorm's Python API is annotated (PEP 561).
+    package_data={"rownorm": ["py.typed"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
-    python_requires=">=3.10",
     install_requires=[f"torch>={MIN_TORCH}"],
 )

@@ -1,4 +1,5 @@
-"""The installed package: build info, ``python -m rownorm``, the public API, the seed workload.
+"""The installed package: version, build info, the CUDA-major check, ``py.typed``,
+``python -m rownorm``, the public API, the seed workload.
 
 The seed expression (DESIGN §2: seeds 000/002) is ``x / torch.norm(x, p=2, dim=1,
 keepdim=True)`` on a 32768 × 65535 float32 tensor; here it runs at 64 rows (the full size is
@@ -10,15 +11,25 @@ each (the seed expression per device and eps).
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 import rownorm
 import torch
+from packaging.version import Version
+from rownorm import _loader
+from rownorm._version import VERSION
 from utils import TOL, assert_matches, randn, reference_forward
+
+PACKAGE_DIR = Path(rownorm.__file__).resolve().parent
 
 
 def test_build_info():
@@ -26,7 +37,14 @@ def test_build_info():
     for key in ("torch_built_against", "cuda", "arch_list", "revision"):
         assert key in info, f"build_info() lacks {key!r}: {info}"
         assert isinstance(info[key], str) and info[key], f"{key} is empty"
-    assert rownorm.__version__ == info.get("version", "unknown")
+    assert rownorm.__version__ == info["version"], info
+    # The CUDA major the library is compiled for: recorded for the import-time check, and the
+    # local label of the version (0.2.0+cu13).
+    assert info["cuda_major"] == int(info["cuda"].split(".")[0]), info
+    assert Version(info["version"]).local == f"cu{info['cuda_major']}", info
+    if torch.version.cuda is not None:  # the library loaded, so the majors agree
+        assert int(torch.version.cuda.split(".")[0]) == info["cuda_major"], info
+    assert info["arch_source"] and isinstance(info["arch_source"], str), info
 
     # The stable ABI targets torch >= min_torch; the running torch must be at least that.
     def version(text: str) -> tuple[int, int]:
@@ -35,6 +53,92 @@ def test_build_info():
 
     assert version(info["torch_built_against"]) >= (2, 11), info
     assert version(torch.__version__) >= version(info.get("min_torch", "2.11")), info
+
+
+def test_version():
+    version = rownorm.__version__
+    assert version != "unknown"
+    parsed = Version(version)  # PEP 440, or InvalidVersion
+    # _version.VERSION is the one written source; builds add only the local CUDA label.
+    assert parsed.public == Version(VERSION).public, (version, VERSION)
+    dist = _loader.installed_distribution()
+    if dist is not None:
+        assert version == importlib.metadata.version("rownorm") == dist.version
+    else:  # in place (PYTHONPATH=python): what the build recorded, else the source version
+        assert version == rownorm.build_info().get("version", VERSION)
+
+
+def test_version_ignores_a_distribution_of_other_files(monkeypatch):
+    """A source tree on PYTHONPATH reports its own version, not that of a wheel it shadows."""
+
+    def fake_distribution(location: Path):
+        dist = types.SimpleNamespace(
+            version="9.9.9+cu99",
+            locate_file=lambda rel: location / rel,
+            read_text=lambda name: "" if name == "RECORD" else None,
+        )
+        return lambda name: dist
+
+    monkeypatch.setattr(
+        importlib.metadata, "distribution", fake_distribution(Path("/elsewhere/site-packages"))
+    )
+    assert _loader.package_version() == rownorm.build_info().get("version", VERSION)
+    monkeypatch.setattr(importlib.metadata, "distribution", fake_distribution(PACKAGE_DIR.parent))
+    assert _loader.package_version() == "9.9.9+cu99"
+
+
+def test_py_typed_shipped():
+    assert (PACKAGE_DIR / "py.typed").is_file()
+    dist = _loader.installed_distribution()
+    if dist is not None:
+        files = {str(f) for f in dist.files or ()}
+        assert "rownorm/py.typed" in files, sorted(files)
+
+
+@pytest.mark.parametrize("built", [13, "13", "13.0"])
+def test_cuda_major_mismatch_is_named(built):
+    with pytest.raises(ImportError) as info:
+        _loader.check_cuda_major(built, "12.8", version="0.2.0+cu13", torch_version="2.14.1+cu128")
+    message = str(info.value)
+    assert "rownorm 0.2.0+cu13 is built for CUDA 13" in message, message
+    assert "torch 2.14.1+cu128 is built for CUDA 12.8" in message, message
+    assert "+cu12" in message and "CUDA 12 toolkit" in message, message
+
+
+@pytest.mark.parametrize(
+    ("built", "torch_cuda"),
+    [
+        (13, "13.0"),
+        (13, "13.2"),  # minor versions may differ
+        (13, None),  # torch without CUDA: nothing to compare (loading decides)
+        (None, "12.8"),  # a library without build info
+        ("no build info", "12.8"),
+    ],
+)
+def test_cuda_major_allowed(built, torch_cuda):
+    _loader.check_cuda_major(built, torch_cuda)
+
+
+def test_import_refuses_torch_of_another_cuda_major():
+    """End to end: rownorm's import names both majors when torch reports another one."""
+    built = rownorm.build_info().get("cuda_major")
+    if built is None:
+        pytest.skip("no build info (library not built by setup.py)")
+    other = f"{int(built) - 1}.8"
+    code = f"import torch; torch.version.cuda = {other!r}; import rownorm"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert f"is built for CUDA {built}, but torch" in proc.stderr, proc.stderr[-3000:]
+    assert f"is built for CUDA {other}" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_load_error_for_torch_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    err = OSError("Could not load this library: _C.abi3.so")  # as torch.ops.load_library
+    err.__cause__ = OSError("libtorch_cuda.so: cannot open shared object file")
+    message = _loader._load_error("_C.abi3.so", err, {"cuda_major": 13})
+    assert "built without CUDA" in message and "CUDA 13 build of torch" in message, message
+    assert "libtorch_cuda.so" in message, message
 
 
 def test_public_api():
@@ -88,3 +192,54 @@ def test_imports_are_light():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _setup_py_arch_chooser(devices, torch_archs):
+    """setup.py's _choose_arch_list, run against a fake torch.cuda showing ``devices``."""
+    setup_py = Path(__file__).resolve().parent.parent / "setup.py"
+    if not setup_py.is_file():
+        pytest.skip("setup.py is not beside tests/")
+    tree = ast.parse(setup_py.read_text())
+    names = {"_choose_arch_list", "DEFAULT_ARCH_LIST", "MIN_ARCH"}
+    wanted = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (isinstance(node, ast.Assign) and {getattr(t, "id", None) for t in node.targets} & names)
+    ]
+    cuda = types.SimpleNamespace(
+        is_available=lambda: bool(devices),
+        device_count=lambda: len(devices),
+        get_device_name=lambda i: devices[i][0],
+        get_device_capability=lambda i: devices[i][1],
+        get_arch_list=lambda: list(torch_archs),
+    )
+    namespace = {"os": os, "re": re, "torch": types.SimpleNamespace(cuda=cuda)}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(setup_py), "exec"), namespace)
+    return namespace["_choose_arch_list"], namespace["DEFAULT_ARCH_LIST"]
+
+
+TORCH_ARCHS = ("sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+
+
+@pytest.mark.parametrize(
+    ("env", "devices", "expected"),
+    [
+        ("9.0", [("H100", (9, 0))], "9.0"),  # an explicit list always wins
+        (None, [("H100", (9, 0))] * 2, "9.0"),  # the local GPU only, once
+        ("native", [("H100", (9, 0)), ("A100", (8, 0))], "8.0;9.0"),
+        (None, [("T4", (7, 5)), ("L4", (8, 9))], "8.9"),  # below sm_80: not built for
+        (None, [("next", (13, 0))], "12.0+PTX"),  # newer than the toolkit: PTX of its newest
+        (None, [], "default"),  # no GPU: every supported arch
+        (None, [("T4", (7, 5))], "default"),
+    ],
+)
+def test_setup_py_arch_list(monkeypatch, env, devices, expected):
+    choose, default = _setup_py_arch_chooser(devices, TORCH_ARCHS)
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    if env is not None:
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", env)
+    archs, reason = choose()
+    assert archs == (default if expected == "default" else expected), reason
+    if devices and expected != "default" and env != "9.0":
+        assert "this machine's GPUs only" in reason and devices[-1][0] in reason, reason

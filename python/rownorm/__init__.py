@@ -5,7 +5,7 @@ torch.compile, autograd through registered backward ops); this package adds type
 functions (:mod:`rownorm.functional`) and modules (:mod:`rownorm.nn`).
 """
 
-from rownorm._loader import build_info, load_library
+from rownorm._loader import build_info, load_library, package_version
 
 _LIBRARY_PATH = load_library()
 
@@ -21,7 +21,10 @@ from rownorm.functional import (  # noqa: E402
     softmax,
 )
 
-__version__ = build_info().get("version", "unknown")
+# The installed distribution's version (importlib.metadata), e.g. "0.2.0+cu13": the local label
+# names the CUDA major version the library is built for. In-place builds report the version
+# setup.py recorded in the build info.
+__version__ = package_version()
 
 __all__ = [
     "add_rms_norm",
