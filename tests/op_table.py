@@ -1,4 +1,4 @@
-"""The op table: every rownorm op after l2_normalize, as the generic tests drive it.
+"""The op table: every rownorm op, as the generic tests drive it.
 
 Each :class:`OpCase` is one op with one choice of its options (weight or not, mean or sum,
 ...). The tests are written once against this interface and parametrized over ``OPS``, so a
@@ -74,6 +74,8 @@ class OpCase:
     # The torch expression computes in x's dtype (not upcast internally): compare 16-bit x
     # with it evaluated in float32 (see test_ops_forward.check_forward).
     torch_in_fp32: bool = False
+    # The *_backward op is itself differentiable (l2_normalize); the others raise.
+    double_backward: bool = False
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -174,6 +176,49 @@ class OpCase:
 
     def __str__(self) -> str:
         return self.id
+
+
+# ---- l2_normalize -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class L2Normalize(OpCase):
+    name: str = "l2_normalize"
+    eps: float = 1e-12
+    double_backward: bool = True
+
+    def call(self, inp, dim):
+        return (rownorm.l2_normalize(inp["x"], dim=dim, eps=self.eps),)
+
+    def raw_args(self, inp, dim):
+        return (inp["x"], dim, self.eps)
+
+    def module(self, inp, dim):
+        return rownorm.nn.L2Norm(dim=dim, eps=self.eps)
+
+    def reference(self, inp, dim):
+        return (rownorm.reference.l2_normalize(inp["x"], dim, self.eps),)
+
+    def torch_equivalent(self, inp, dim):
+        return (F.normalize(inp["x"], p=2.0, dim=dim, eps=self.eps),)
+
+    def reference_grads(self, dys, inp, dim):
+        return {"x": rownorm.reference.l2_normalize_backward(dys[0], inp["x"], dim, self.eps)}
+
+    def grad_magnitudes(self, dys, inp, dim):
+        # dx = dy/n − x·Σ(dy⊙x)/n³: both terms are bounded by |dy|/n and ‖dy‖/n.
+        x, dy = inp["x"].double(), dys[0].double().abs()
+        n = torch.linalg.vector_norm(x, dim=dim, keepdim=True).clamp_min(self.eps)
+        return {"x": dy / n + x.abs() * (dy * x.abs()).sum(dim, keepdim=True) / n**3}
+
+    def backward_args(self, dys, inp, dim, outs, want):
+        return (dys[0], inp["x"], dim, self.eps)
+
+    def row_stat(self, out, inp, dim):
+        # ‖y‖₂ = ‖x‖ / max(‖x‖, eps): 1 wherever ‖x‖ >= eps.
+        n = torch.linalg.vector_norm(inp["x"].double(), dim=dim)
+        stat = torch.linalg.vector_norm(out.double(), dim=dim)
+        return stat, n / n.clamp_min(self.eps), TOL[out.dtype].unit
 
 
 # ---- l1_normalize -------------------------------------------------------------------------
@@ -571,6 +616,7 @@ class AddRmsNorm(OpCase):
 OPS: dict[str, OpCase] = {
     op.id: op
     for op in (
+        L2Normalize("l2"),
         L1Normalize("l1", eps=1e-12),
         L1Normalize("mean_abs", eps=1e-12, options={"mean": True}),
         RmsNorm("rms_norm"),
@@ -584,8 +630,8 @@ OPS: dict[str, OpCase] = {
     )
 }
 # One case per op (with every differentiable input): for the costlier axes.
-OP_FAMILIES = ("mean_abs", "rms_norm_weight", "layer_norm_affine", "softmax", "log_softmax",
-               "add_rms_norm_weight")  # fmt: skip
+OP_FAMILIES = ("l2", "mean_abs", "rms_norm_weight", "layer_norm_affine", "softmax",
+               "log_softmax", "add_rms_norm_weight")  # fmt: skip
 # The ops with per-feature parameters, with them.
 PARAM_OPS = ("rms_norm_weight", "layer_norm_affine", "add_rms_norm_weight")
 

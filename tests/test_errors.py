@@ -15,6 +15,7 @@ import re
 import pytest
 import rownorm
 import torch
+from op_table import OPS
 from utils import HAS_CUDA, cuda_only, randn
 
 FWD = "l2_normalize: "
@@ -112,23 +113,28 @@ def test_sparse_via_python_api(device, fmt):
         rownorm.nn.L2Norm()(x)
 
 
-def test_sparse_via_op(device):
-    x = _x((3, 4), device=device).to_sparse()
-    with pytest.raises(RuntimeError, match=re.escape(FWD + "x must be a dense (strided) tensor")):
-        torch.ops.rownorm.l2_normalize(x, -1, 1e-12)
-    g = _x((3, 4), device=device)
-    pattern = re.escape(BWD + "x and grad must be dense (strided) tensors")
-    with pytest.raises(RuntimeError, match=pattern):
-        torch.ops.rownorm.l2_normalize_backward(g.to_sparse(), g, -1, 1e-12)
-    with pytest.raises(RuntimeError, match=pattern):
-        torch.ops.rownorm.l2_normalize_backward(g, g.to_sparse(), -1, 1e-12)
-
-
-def test_sparse_csr_via_op(device):
-    """Sparse layouts other than COO are rejected with the same message as COO."""
-    x = _x((3, 4), device=device).to_sparse_csr()
-    with pytest.raises(RuntimeError, match=re.escape(FWD + "x must be a dense (strided) tensor")):
-        torch.ops.rownorm.l2_normalize(x, -1, 1e-12)
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("op_id", OPS)
+@pytest.mark.parametrize("fmt", ["coo", "csr"])
+def test_sparse_via_op(device, op_id, fmt):
+    """Every op and backward op rejects a sparse tensor in any tensor argument (COO; CSR for
+    2-D arguments) with an error naming the op and that argument."""
+    op = OPS[op_id]
+    inp = op.inputs(_x((3, 4), device=device), -1)
+    outs = op.raw(inp, -1)
+    dys = tuple(torch.ones_like(o) for o in outs)
+    calls = ((op.op, op.raw_args(inp, -1)),
+             (op.backward_op, op.backward_args(dys, inp, -1, outs, frozenset())))  # fmt: skip
+    for overload, args in calls:
+        name = overload._schema.name.removeprefix("rownorm::")
+        arg_names = [a.name for a in overload._schema.arguments]
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor) or (fmt == "csr" and a.dim() != 2):
+                continue
+            sparse = a.to_sparse() if fmt == "coo" else a.to_sparse_csr()
+            msg = f"{name}: {arg_names[i]} must be a dense (strided) tensor, got layout"
+            with pytest.raises(RuntimeError, match=re.escape(msg)):
+                overload(*args[:i], sparse, *args[i + 1 :])
 
 
 def test_module_negative_eps():
