@@ -1,14 +1,15 @@
-"""Forward of every op of the op table (l1 / mean-abs normalize, rms_norm, layer_norm, softmax,
-log_softmax, add_rms_norm) against its float64 reference AND the PyTorch expression it
+"""Forward of every op of the op table (l2 / l1 / mean-abs normalize, rms_norm, layer_norm,
+softmax, log_softmax, add_rms_norm) against its float64 reference AND the PyTorch expression it
 replaces, on every row length, layout and dim.
 
 Specification (DESIGN §2, the op contract): each op returns NEW CONTIGUOUS tensors of x's
-shape and dtype, equal to ``F.normalize(x, p=1)`` / ``x / mean|x|`` (seed 003) / ``F.rms_norm``
-(seed 001: ``x / sqrt(mean(x², dim=1) + eps)`` over NCHW channels) / ``F.layer_norm`` /
-``torch.softmax`` / ``torch.log_softmax`` / ``r = x + residual; (F.rms_norm(r), r)``, with the
-reduction over ``dim``; a float32 weight/bias may come with float16/bfloat16 x.
+shape and dtype, equal to ``F.normalize(x, p=2)`` / ``F.normalize(x, p=1)`` / ``x / mean|x|``
+(seed 003) / ``F.rms_norm`` (seed 001: ``x / sqrt(mean(x², dim=1) + eps)`` over NCHW channels)
+/ ``F.layer_norm`` / ``torch.softmax`` / ``torch.log_softmax`` /
+``r = x + residual; (F.rms_norm(r), r)``, with the reduction over ``dim``; a float32
+weight/bias may come with float16/bfloat16 x.
 
-Why the grid is what it is (the same reasoning as test_l2_normalize.py, with ten op cases):
+Why the grid is what it is:
 
 * Every op case × dtype × N (utils.ROW_LENGTHS; on CUDA also the tier edges
   GPU_TIER_LENGTHS), with the property checks and the module / public function / raw op.

@@ -361,20 +361,6 @@ def assert_row_stat(stat: torch.Tensor, expected, bound, *, what: str = "") -> N
     )
 
 
-def clamped_rows(rows: int, n: int, dtype: torch.dtype, device, eps: float) -> torch.Tensor:
-    """Rows whose norms lie well below, well above, and at zero relative to ``eps``.
-
-    Norms are kept at least a factor 2 away from eps so the clamp's kink is never crossed by
-    rounding or by gradcheck's finite differences.
-    """
-    x = randn((rows, n), torch.float64, "cpu")
-    x = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    scales = torch.tensor([0.1, 0.45, 3.0, 20.0], dtype=torch.float64).repeat(rows)[:rows]
-    x = x * (scales * eps).unsqueeze(1)
-    x[rows // 2] = 0
-    return x.to(device=device, dtype=dtype)
-
-
 def with_zero_rows(x: torch.Tensor, dim: int, every: int = 3) -> torch.Tensor:
     """A copy of x in which every ``every``-th row (along the dims other than dim) is zero."""
     x = x.clone()
