@@ -383,6 +383,33 @@ def test_forward_layer_norm_constant_rows(device, c, dtype, n):
     check_forward(OPS["layer_norm"], {"x": x}, -1, what=f"c={c}")
 
 
+@pytest.mark.parametrize(
+    ("c", "eps"), [(0.1, 0.0), (0.1, 1e-5), (1e20, 1e-5), (-3.3e4, 1e-5), (12345.678, 0.0)]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_id)
+@pytest.mark.parametrize("n", (7, 1000, 4097))
+def test_layer_norm_constant_rows_inexact_sum(device, c, eps, dtype, n):
+    """Constant rows whose Σx/n rounds (float32 on CUDA, float64 on both): y = 0 and
+    dx = (dy − mean dy)/sqrt(eps) as in torch's F.layer_norm (x − μ = 0 exactly; all NaN for
+    eps = 0), not the ±1 that a mean off by one rounding gives (x − μ = ±δ, var = δ² ≫ eps).
+    (dx from the formula: torch's own float64 backward computes x·r − μ·r, which cancels
+    catastrophically at |x| = 1e20.)"""
+    x = torch.full((3, n), c, dtype=dtype, device=device)
+    dy = randn(x.shape, dtype, device)
+    leaf = x.clone().requires_grad_(True)
+    y = rownorm.layer_norm(leaf, eps=eps)
+    (dx,) = torch.autograd.grad(y, leaf, dy)
+    expected = torch.nn.functional.layer_norm(x.double().cpu(), (n,), eps=eps)
+    assert torch.equal(torch.isnan(expected), torch.tensor(eps == 0).expand(x.shape))
+    if eps == 0:
+        assert torch.isnan(y).all() and torch.isnan(dx).all()
+        return
+    assert torch.count_nonzero(y) == 0, f"max |y| = {y.abs().max().item()}"
+    dy64 = dy.double()
+    dx_ref = (dy64 - dy64.mean(-1, keepdim=True)) / eps**0.5
+    assert_matches(dx, dx_ref.to(dtype), magnitude=dy64.abs() / eps**0.5, dim=-1, what="dx")
+
+
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
 @dtypes
 def test_default_eps_is_torchs(device, op_id, dtype):
