@@ -176,17 +176,53 @@ def _register_no_double_backward(op: str) -> None:
     torch.library.register_autograd(f"rownorm::{op}_backward", _no_double_backward(op))
 
 
+# ---- registration shared by every op --------------------------------------------------------
+
+# Sparse layouts (COO; CSR, CSC, BSR, BSC) dispatch to these keys, where the dense kernels of
+# src/bindings are not registered: without a kernel there the dispatcher would say only that the
+# op cannot run on the backend.
+_SPARSE_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+_LIB = torch.library.Library("rownorm", "IMPL")  # kept alive: deleting it unregisters
+
+
+def _reject_sparse(name: str) -> None:
+    """Registers, for every sparse key, a kernel of ``rownorm::<name>`` that raises an error
+    naming the op and its first sparse tensor argument (check_rowwise_input's message for x)."""
+    arg_names = [a.name for a in getattr(torch.ops.rownorm, name).default._schema.arguments]
+
+    def kernel(*args, **kwargs):
+        # Trailing arguments left at their defaults may be dropped by the dispatcher.
+        bound = {**dict(zip(arg_names, args, strict=False)), **kwargs}
+        for arg in arg_names:
+            t = bound.get(arg)
+            if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+                raise RuntimeError(
+                    f"{name}: {arg} must be a dense (strided) tensor, got layout {t.layout}"
+                )
+        raise RuntimeError(f"{name}: dispatched to a sparse kernel without a sparse argument")
+
+    for key in _SPARSE_KEYS:
+        _LIB.impl(name, kernel, key)
+
+
+def _register_fake(qualname: str, fake=None):
+    """``torch.library.register_fake`` plus the sparse-input error, for every op (each op has a
+    fake, so none is left without it)."""
+    _reject_sparse(qualname.removeprefix("rownorm::"))
+    return torch.library.register_fake(qualname, fake)
+
+
 # ---- l2_normalize -------------------------------------------------------------------------
 
 
-@torch.library.register_fake("rownorm::l2_normalize")
+@_register_fake("rownorm::l2_normalize")
 def _l2_normalize_fake(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     check_rowwise_input("l2_normalize", x, dim)
     check_eps("l2_normalize", eps)
     return _new_like(x)
 
 
-@torch.library.register_fake("rownorm::l2_normalize_backward")
+@_register_fake("rownorm::l2_normalize_backward")
 def _l2_normalize_backward_fake(
     grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12
 ) -> torch.Tensor:
@@ -232,7 +268,7 @@ def _l2_normalize_double_backward(ctx, u: torch.Tensor):
     With n = ‖x‖₂, r = 1/n, s = Σ g⊙x (unclamped rows; dx = g·r − x·s·r³):
       ∂L/∂g = u·r − x·(Σ u⊙x)·r³                     (the same symmetric Jacobian)
       ∂L/∂x = −x·(Σ u⊙g)·r³ − u·s·r³ − g·(Σ u⊙x)·r³ + 3·x·(Σ u⊙x)·s·r⁵
-    Clamped rows (n < eps, dx = g/eps): ∂L/∂g = u/eps, ∂L/∂x = 0.
+    Clamped rows (n ≤ eps, dx = g/eps): ∂L/∂g = u/eps, ∂L/∂x = 0.
     Written with differentiable torch ops (in float32 for 16-bit inputs), so higher orders
     follow by autograd. Gradient penalties are rare; this path favours clarity over speed.
     """
@@ -241,7 +277,7 @@ def _l2_normalize_double_backward(ctx, u: torch.Tensor):
     compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     g, xx, uu = grad.to(compute), x.to(compute), u.to(compute)
     n = torch.linalg.vector_norm(xx, ord=2, dim=dim, keepdim=True)
-    clamped = n < eps
+    clamped = n <= eps
     r = 1.0 / torch.where(clamped, torch.full_like(n, eps), n)
     r3 = torch.where(clamped, torch.zeros_like(r), r * r * r)
     s = (g * xx).sum(dim=dim, keepdim=True)
@@ -264,7 +300,7 @@ torch.library.register_autograd(
 # ---- l1_normalize -------------------------------------------------------------------------
 
 
-@torch.library.register_fake("rownorm::l1_normalize")
+@_register_fake("rownorm::l1_normalize")
 def _l1_normalize_fake(
     x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
 ) -> torch.Tensor:
@@ -273,7 +309,7 @@ def _l1_normalize_fake(
     return _new_like(x)
 
 
-@torch.library.register_fake("rownorm::l1_normalize_backward")
+@_register_fake("rownorm::l1_normalize_backward")
 def _l1_normalize_backward_fake(
     grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
 ) -> torch.Tensor:
@@ -307,7 +343,7 @@ _register_no_double_backward("l1_normalize")
 # ---- rms_norm -----------------------------------------------------------------------------
 
 
-@torch.library.register_fake("rownorm::rms_norm")
+@_register_fake("rownorm::rms_norm")
 def _rms_norm_fake(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -321,7 +357,7 @@ def _rms_norm_fake(
     return _new_like(x)
 
 
-@torch.library.register_fake("rownorm::rms_norm_backward")
+@_register_fake("rownorm::rms_norm_backward")
 def _rms_norm_backward_fake(
     grad: torch.Tensor,
     x: torch.Tensor,
@@ -366,7 +402,7 @@ _register_no_double_backward("rms_norm")
 # ---- layer_norm ---------------------------------------------------------------------------
 
 
-@torch.library.register_fake("rownorm::layer_norm")
+@_register_fake("rownorm::layer_norm")
 def _layer_norm_fake(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -382,7 +418,7 @@ def _layer_norm_fake(
     return _new_like(x)
 
 
-@torch.library.register_fake("rownorm::layer_norm_backward")
+@_register_fake("rownorm::layer_norm_backward")
 def _layer_norm_backward_fake(
     grad: torch.Tensor,
     x: torch.Tensor,
@@ -471,10 +507,8 @@ def _softmax_autograd(op: str):
 
 
 for _op in ("softmax", "log_softmax"):
-    torch.library.register_fake(f"rownorm::{_op}", _softmax_fake(_op))
-    torch.library.register_fake(
-        f"rownorm::{_op}_backward", _softmax_backward_fake(f"{_op}_backward")
-    )
+    _register_fake(f"rownorm::{_op}", _softmax_fake(_op))
+    _register_fake(f"rownorm::{_op}_backward", _softmax_backward_fake(f"{_op}_backward"))
     torch.library.register_autograd(
         f"rownorm::{_op}", _softmax_autograd(_op), setup_context=_softmax_setup_context
     )
@@ -484,7 +518,7 @@ del _op
 # ---- add_rms_norm -------------------------------------------------------------------------
 
 
-@torch.library.register_fake("rownorm::add_rms_norm")
+@_register_fake("rownorm::add_rms_norm")
 def _add_rms_norm_fake(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -499,7 +533,7 @@ def _add_rms_norm_fake(
     return _new_like(x), _new_like(x)
 
 
-@torch.library.register_fake("rownorm::add_rms_norm_backward")
+@_register_fake("rownorm::add_rms_norm_backward")
 def _add_rms_norm_backward_fake(
     grad: torch.Tensor,
     grad_residual: torch.Tensor | None,

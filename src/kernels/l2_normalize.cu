@@ -1,37 +1,13 @@
-// L2-normalization launchers: the op bodies of l2_normalize.cuh on the tiers of dispatch.cuh.
-#include "kernels/l2_normalize.h"
-
-#include "kernels/common/dispatch.cuh"
+// L2-normalization launchers: the op bodies of l2_normalize.cuh on every tier.
 #include "kernels/common/instantiate.cuh"
 #include "kernels/l2_normalize.cuh"
+#include "kernels/launch.h"
 
 namespace rownorm {
 
-template <typename T>
-cudaError_t L2NormalizeFwd(const RowArgs<T, 1>& args, double eps, cudaStream_t stream) {
-  return LaunchRowOp(args, L2NormalizeFwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
-}
-
-template <typename T>
-cudaError_t L2NormalizeFwdColumns(const ColumnArgs<T, 1>& args, double eps, cudaStream_t stream) {
-  return LaunchColumnOp(args, L2NormalizeFwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
-}
-
-template <typename T>
-cudaError_t L2NormalizeBwd(const RowArgs<T, 2>& args, double eps, cudaStream_t stream) {
-  return LaunchRowOp(args, L2NormalizeBwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
-}
-
-template <typename T>
-cudaError_t L2NormalizeBwdColumns(const ColumnArgs<T, 2>& args, double eps, cudaStream_t stream) {
-  return LaunchColumnOp(args, L2NormalizeBwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
-}
-
-#define ROWNORM_INSTANTIATE(T)                                                                  \
-  template cudaError_t L2NormalizeFwd<T>(const RowArgs<T, 1>&, double, cudaStream_t);           \
-  template cudaError_t L2NormalizeFwdColumns<T>(const ColumnArgs<T, 1>&, double, cudaStream_t); \
-  template cudaError_t L2NormalizeBwd<T>(const RowArgs<T, 2>&, double, cudaStream_t);           \
-  template cudaError_t L2NormalizeBwdColumns<T>(const ColumnArgs<T, 2>&, double, cudaStream_t);
+#define ROWNORM_INSTANTIATE(T)                                \
+  ROWNORM_INSTANTIATE_LAUNCH(L2NormalizeFwdOp<T, AccType<T>>) \
+  ROWNORM_INSTANTIATE_LAUNCH(L2NormalizeBwdOp<T, AccType<T>>)
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 
