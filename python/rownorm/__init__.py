@@ -11,6 +11,7 @@ _LIBRARY_PATH = load_library()
 
 # Importing ops registers the fakes and autograd formulas of the ops just loaded.
 from rownorm import nn, ops, reference  # noqa: E402,F401
+from rownorm.diagnostics import Plan, explain  # noqa: E402
 from rownorm.functional import (  # noqa: E402
     add_rms_norm,
     l1_normalize,
@@ -28,7 +29,9 @@ __version__ = package_version()
 
 __all__ = [
     "add_rms_norm",
+    "Plan",
     "build_info",
+    "explain",
     "l1_normalize",
     "l2_normalize",
     "layer_norm",

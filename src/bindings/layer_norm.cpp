@@ -47,41 +47,13 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
   const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
   const std::optional<Tensor> w = ParamAs(weight, pt);
   const Problem<2> p = MakeProblem<2>({x, grad}, dim);
-  if ((weight_grad || bias_grad) && x.numel() > 0) {
-    // The fused path: dx and the parameter gradients' chunk partials in one pass.
-    std::optional<std::array<Tensor, 2>> grads;
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {
-        DispatchParam<T>(pt, [&](auto wtag) {
-          using W = decltype(wtag);
-          const LayerNormBwdOp<T, float, W> bwd{static_cast<float>(eps), ParamPtr<W>(w), nullptr};
-          grads = FusedParamGrads(kOp, p, dx, bwd, weight_grad, bias_grad);
-        });
-      }
-    });
-    if (grads.has_value()) return {dx, (*grads)[0], (*grads)[1]};
-  }
-  const bool stats_needed = weight_grad && x.numel() > 0;
-  Tensor stats = NewStats(x, stats_needed ? p.outer * p.inner : 0);
-  if (x.numel() > 0) {
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      DispatchParam<T>(pt, [&](auto wtag) {
+  const std::array<Tensor, 2> grads = RowNormGrads<true>(
+      kOp, p, dx, pt, weight_grad, bias_grad, [&](auto tag, auto wtag, auto acc, auto* stats) {
+        using T = decltype(tag);
         using W = decltype(wtag);
-        RunOp<T>(kOp, p, dx, nullptr, [&](auto acc) {
-          using Acc = decltype(acc);
-          Acc* s = stats_needed ? static_cast<Acc*>(stats.data_ptr()) : nullptr;
-          return LayerNormBwdOp<T, Acc, W>{static_cast<Acc>(eps), ParamPtr<W>(w), s};
-        });
+        using Acc = decltype(acc);
+        return LayerNormBwdOp<T, Acc, W>{static_cast<Acc>(eps), ParamPtr<W>(w), stats};
       });
-    });
-  }
-  std::array<Tensor, 2> grads;
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    grads = ParamGrads<T>(kOp, p, stats, weight_grad, bias_grad);
-  });
   return {dx, grads[0], grads[1]};
 }
 

@@ -35,4 +35,9 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def(
       "add_rms_norm_backward(Tensor grad, Tensor? grad_residual, Tensor r, Tensor? weight, "
       "float eps, bool weight_grad) -> (Tensor, Tensor)");
+  // Diagnostics (explain.cpp): the plan a call of `op` on x gets, and the tier table alone.
+  m.def(
+      "plan_info(Tensor x, str op, int dim=-1, bool backward=False, bool param_grads=False) "
+      "-> str");
+  m.def("plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True) -> str");
 }

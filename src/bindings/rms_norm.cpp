@@ -54,43 +54,14 @@ std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor,
   const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
   const std::optional<Tensor> w = ParamAs(weight, pt);
   const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
-  const int64_t rows = p.outer * p.inner;
-  if (weight_grad && x.numel() > 0) {
-    // The fused path: dx and the weight gradient's chunk partials in one pass over x and dy.
-    std::optional<std::array<Tensor, 2>> grads;
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {
-        DispatchParam<T>(pt, [&](auto wtag) {
-          using W = decltype(wtag);
-          const RmsNormBwdOp<T, float, W, kIn> bwd{static_cast<float>(eps), ParamPtr<W>(w),
-                                                   nullptr};
-          grads = FusedParamGrads(op, p, dx, bwd, true, false);
-        });
-      }
-    });
-    if (grads.has_value()) return {dx, (*grads)[0]};
-  }
-  Tensor stats = NewStats(x, weight_grad && x.numel() > 0 ? rows : 0);
-  if (x.numel() > 0) {
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      DispatchParam<T>(pt, [&](auto wtag) {
+  const std::array<Tensor, 2> grads = RowNormGrads<kIn == 2>(
+      op, p, dx, pt, weight_grad, false, [&](auto tag, auto wtag, auto acc, auto* stats) {
+        using T = decltype(tag);
         using W = decltype(wtag);
-        RunOp<T, kIn == 2>(op, p, dx, nullptr, [&](auto acc) {
-          using Acc = decltype(acc);
-          Acc* s = weight_grad ? static_cast<Acc*>(stats.data_ptr()) : nullptr;
-          return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w), s};
-        });
+        using Acc = decltype(acc);
+        return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w), stats};
       });
-    });
-  }
-  Tensor dw;
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    dw = ParamGrads<T>(op, p, stats, weight_grad, false)[0];
-  });
-  return {dx, dw};
+  return {dx, grads[0]};
 }
 
 std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<Tensor> weight,

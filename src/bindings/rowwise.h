@@ -107,6 +107,7 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Ten
   if (!p.cuda) {
     const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, out2);
     const auto op = make(double{});
+    LogPlan(name, p.outer * p.inner, p.d, [] { return std::string("path=cpu"); });
     ParallelRows(p.outer * p.inner, p.d,
                  [&](int64_t begin, int64_t end) { RunRowsCpu(a, op, begin, end); });
     return;
@@ -114,9 +115,15 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Ten
   const cudaStream_t stream = CurrentCudaStream(out);
   const auto op = make(AccType<T>{});
   if (p.rows) {
-    CheckLaunch(name, LaunchRows(RowArgsOf<T>(p, out, out2), op, stream));
+    const RowArgs<T, kIn> a = RowArgsOf<T>(p, out, out2);
+    RowPlan plan;
+    CheckPlan(name, PlanRows<std::decay_t<decltype(op)>>(a, &plan));
+    LogPlan(name, a.rows, a.n, [&] { return Describe(plan); });
+    CheckLaunch(name, LaunchRows(a, op, plan, stream));
   } else if constexpr (kColumns) {
-    CheckLaunch(name, LaunchColumns(ColumnArgsOf<T>(p, out, out2), op, stream));
+    const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, out2);
+    LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(PlanStridedOp(a)); });
+    CheckLaunch(name, LaunchColumns(a, op, stream));
   } else {
     ROWNORM_CHECK(false, name, ": internal error: no strided-dim kernel for this op");
   }
@@ -207,15 +214,17 @@ std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Pro
   using T = typename Op::Elem;
   if (!p.cuda || !p.rows) return std::nullopt;
   const RowArgs<T, kIn> a = RowArgsOf<T>(p, dx, nullptr);
-  const int64_t chunks = FusedChunks<Op>(a);
-  if (chunks == 0) return std::nullopt;
+  std::optional<FusedSumPlan> plan;
+  CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
+  if (!plan.has_value()) return std::nullopt;
+  LogPlan(name, a.rows, a.n, [&] { return Describe(*plan); });
   Tensor partial =
-      torch::stable::new_empty(dx, {Op::kColumnSums * chunks * p.d}, ScalarType::Float);
+      torch::stable::new_empty(dx, {Op::kColumnSums * plan->chunks * p.d}, ScalarType::Float);
   Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, ScalarType::Float);
   Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, ScalarType::Float);
   const cudaStream_t stream = CurrentCudaStream(dx);
-  CheckLaunch(name, LaunchRowsWithSums(a, op, MutPtr<float>(partial), stream));
-  CheckLaunch(name, ParamGradFinalize<float>(ConstPtr<float>(partial), chunks, p.d,
+  CheckLaunch(name, LaunchRowsWithSums(a, op, *plan, MutPtr<float>(partial), stream));
+  CheckLaunch(name, ParamGradFinalize<float>(ConstPtr<float>(partial), plan->chunks, p.d,
                                              want_w ? MutPtr<float>(dw) : nullptr,
                                              want_b ? MutPtr<float>(db) : nullptr, stream));
   return std::array<Tensor, 2>{dw, db};
@@ -253,14 +262,15 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
       if (!p.cuda) {
         torch::stable::parallel_for(
             0, p.d, 1, [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
+      } else if constexpr (std::is_same_v<Acc, AccType<T>>) {
+        const int64_t chunks = ParamGradChunks(p.outer * p.inner);
+        Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, 2 * chunks * p.d)}, acc);
+        CheckLaunch(name, ParamGrad<T, Acc>(a, static_cast<Acc*>(partial.data_ptr()),
+                                            CurrentCudaStream(x)));
       } else {
-        if constexpr (std::is_same_v<Acc, AccType<T>>) {
-          const int64_t chunks = ParamGradChunks(p.outer * p.inner);
-          Tensor partial =
-              torch::stable::new_empty(x, {std::max<int64_t>(1, 2 * chunks * p.d)}, acc);
-          CheckLaunch(name, ParamGrad<T, Acc>(a, static_cast<Acc*>(partial.data_ptr()),
-                                              CurrentCudaStream(x)));
-        }
+        // AccDtype gives CUDA tensors AccType<T>; only the CPU accumulates in double.
+        ROWNORM_CHECK(false, name, ": internal error: no CUDA parameter-gradient kernel for ",
+                      DtypeName(x.scalar_type()), " with ", DtypeName(acc), " accumulation");
       }
     };
     if (acc == ScalarType::Double) {
@@ -274,6 +284,51 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
     db = torch::stable::to(db, out_dtype);
   }
   return {dw, db};
+}
+
+// The backward of a normalization with per-column parameters (rms_norm, add_rms_norm,
+// layer_norm): writes dx (a new tensor of x's shape) and returns {dweight, dbias} as
+// ParamGrads does. Where a parameter gradient is wanted and PlanRowsWithSums plans the fused
+// path, one pass writes dx and the column sums; otherwise the backward op saves per-row
+// statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{}, Acc{}, stats)` returns
+// the backward op for element type T, parameter type W and accumulator Acc, saving its
+// statistics to `stats` (an Acc*, nullptr: none). kColumns as in RunOp.
+template <bool kColumns, int kIn, class MakeOp>
+std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, const Tensor& dx,
+                                   ScalarType param_dtype, bool want_w, bool want_b, MakeOp make) {
+  const Tensor& x = p.in[0];
+  const bool empty = x.numel() == 0;
+  if ((want_w || want_b) && !empty) {
+    std::optional<std::array<Tensor, 2>> grads;
+    DispatchFloating(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, double>) {  // float64 has no fused path
+        DispatchParam<T>(param_dtype, [&](auto wtag) {
+          const auto op = make(tag, wtag, float{}, static_cast<float*>(nullptr));
+          grads = FusedParamGrads(name, p, dx, op, want_w, want_b);
+        });
+      }
+    });
+    if (grads.has_value()) return *grads;
+  }
+  const bool save_stats = want_w && !empty;
+  Tensor stats = NewStats(x, save_stats ? p.outer * p.inner : 0);
+  if (!empty) {
+    DispatchFloating(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      DispatchParam<T>(param_dtype, [&](auto wtag) {
+        RunOp<T, kColumns>(name, p, dx, nullptr, [&](auto acc) {
+          using Acc = decltype(acc);
+          return make(tag, wtag, acc, save_stats ? static_cast<Acc*>(stats.data_ptr()) : nullptr);
+        });
+      });
+    });
+  }
+  std::array<Tensor, 2> grads;
+  DispatchFloating(x.scalar_type(), [&](auto tag) {
+    grads = ParamGrads<decltype(tag)>(name, p, stats, want_w, want_b);
+  });
+  return grads;
 }
 
 }  // namespace rownorm

@@ -13,6 +13,9 @@
 #include <torch/headeronly/util/Exception.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/common/types.cuh"
@@ -163,6 +166,32 @@ inline cudaStream_t CurrentCudaStream(const Tensor& t) {
 
 inline void CheckLaunch(const char* op, cudaError_t err) {
   ROWNORM_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+// Planning reads the device's attributes (once per device).
+inline void CheckPlan(const char* op, cudaError_t err) {
+  ROWNORM_CHECK(err == cudaSuccess, op,
+                ": reading the CUDA device's attributes failed: ", cudaGetErrorString(err));
+}
+
+// ROWNORM_LOG_PLAN=1 (read once per process): every launch writes the plan it runs to stderr,
+// one line `rownorm: <op>: rows=<rows> n=<n> <plan as key=value words>`. The C++ side writes
+// to stderr directly: a launch inside a compiled graph has no Python frame to log through.
+inline bool PlanLogEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ROWNORM_LOG_PLAN");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+// `describe()` (a std::string) is only evaluated when the log is on.
+template <class Describe>
+void LogPlan(const char* op, int64_t rows, int64_t n, Describe describe) {
+  if (!PlanLogEnabled()) return;
+  const std::string plan = describe();
+  std::fprintf(stderr, "rownorm: %s: rows=%lld n=%lld %s\n", op, static_cast<long long>(rows),
+               static_cast<long long>(n), plan.c_str());
 }
 
 // Splits rows [0, rows) over torch's intra-op threads, about `grain_elems` elements per task.

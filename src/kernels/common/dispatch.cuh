@@ -1,8 +1,6 @@
-// Host-side dispatch: vector width and tier for a problem, and the launches.
-//
-// THE TIER TABLE lives here (PlanRowTier) and nowhere else. A tier is chosen from the row
-// length n, the element size and the GPU's architecture only -- never from the number of
-// rows -- so a row's result does not depend on the batch it came in.
+// Host-side launches of the row tiers, the fused column sums and the strided-dim path, and the
+// device-dependent half of planning (the device's attributes and whether it co-schedules a
+// cluster). The tier table and the rest of planning are in plan.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,144 +8,65 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <type_traits>
 
+#include "kernels/common/plan.h"
 #include "kernels/common/row.cuh"
 
 namespace rownorm {
 
+static_assert(kPlanWarpSize == kWarpSize, "plan.h plans warps of the kernels' size");
+static_assert(PackWidth(4) == MaxPackWidth(4) && PackWidth(2) == MaxPackWidth(2) &&
+                  PackWidth(8) == MaxPackWidth(8),
+              "plan.h plans packs of the kernels' width");
+
+constexpr int kMaxDevices = 64;
+
+// A value per CUDA device, computed on first use and kept for the process (what is planned on
+// does not change while it runs). Two threads may both compute it, with the same result;
+// devices beyond kMaxDevices are computed on every call.
+template <typename V>
+class PerDevice {
+ public:
+  // `compute(device, &value)` returns a cudaError_t; a failure is returned and not cached.
+  template <class Compute>
+  cudaError_t Get(int device, V* value, Compute compute) {
+    const bool cached = device >= 0 && device < kMaxDevices;
+    if (cached && known_[device].load(std::memory_order_acquire)) {
+      *value = values_[device].load(std::memory_order_relaxed);
+      return cudaSuccess;
+    }
+    const cudaError_t err = compute(device, value);
+    if (err == cudaSuccess && cached) {
+      values_[device].store(*value, std::memory_order_relaxed);
+      known_[device].store(true, std::memory_order_release);
+    }
+    return err;
+  }
+
+ private:
+  std::atomic<V> values_[kMaxDevices];
+  std::atomic<bool> known_[kMaxDevices];
+};
+
 struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0;
-  bool clusters = false;  // plan the cluster tier (sm_90+, unless ROWNORM_DISABLE_CLUSTERS)
 };
-
-// ROWNORM_DISABLE_CLUSTERS=1 (read once per process) plans every row as on a GPU without
-// thread-block clusters, as before sm_90: the pre-Hopper tier table, testable on a Hopper.
-inline bool ClustersDisabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("ROWNORM_DISABLE_CLUSTERS");
-    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-  }();
-  return disabled;
-}
 
 // Attributes of the current device, read once per device (cudaGetDeviceProperties is slow).
-inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sm_cache[kMaxDevices];
-  static std::atomic<int> cc_cache[kMaxDevices];
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
+inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
+  static PerDevice<DeviceInfo> cache;
+  cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
-  if (device < kMaxDevices && sm_cache[device].load() > 0) {
-    info->sm_count = sm_cache[device].load();
-    info->cc_major = cc_cache[device].load();
-    info->clusters = info->cc_major >= 9 && !ClustersDisabled();
-    return cudaSuccess;
-  }
-  err = cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) {
-    err = cudaDeviceGetAttribute(&info->cc_major, cudaDevAttrComputeCapabilityMajor, device);
-  }
-  if (err == cudaSuccess && device < kMaxDevices) {
-    cc_cache[device].store(info->cc_major);
-    sm_cache[device].store(info->sm_count);
-  }
-  info->clusters = info->cc_major >= 9 && !ClustersDisabled();
-  return err;
-}
-
-// The widest pack width w (elements, power of two, <= 16 bytes) at which every operand's
-// rows start at the same address mod w elements: base offsets and row strides congruent
-// mod w. Then one head/tail split (computed from operand 0) serves all operands.
-template <typename T, int kIn>
-int RowVecWidth(const RowArgs<T, kIn>& a) {
-  for (int w = MaxPackWidth(sizeof(T)); w > 1; w /= 2) {
-    auto phase = [w](const void* p) {
-      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % w);
-    };
-    auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
-    const int64_t p0 = phase(a.out);
-    const int64_t s0 = stride_phase(a.out_stride);
-    bool ok = true;
-    for (int i = 0; i < kIn; ++i) {
-      ok = ok && phase(a.in[i]) == p0 && (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
+  return cache.Get(*device, info, [](int d, DeviceInfo* out) {
+    cudaError_t e = cudaDeviceGetAttribute(&out->sm_count, cudaDevAttrMultiProcessorCount, d);
+    if (e == cudaSuccess) {
+      e = cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
     }
-    if (ok) return w;
-  }
-  return 1;
-}
-
-enum class RowTier { kGroup, kCta, kCluster, kStreaming };
-
-struct RowPlan {
-  RowTier tier;
-  int width = 0;    // kGroup: threads per row
-  int threads = 0;  // kCta / kCluster: threads per CTA
-  int cluster = 0;  // kCluster: CTAs per row
-  int packs = 0;    // kGroup / kCta: packs per thread
-};
-
-// Per-thread register budget of the cached tiers, in packs (16 bytes each).
-constexpr int kGroupVecs = 4;         // group tier: 4 packs in flight per lane
-constexpr int kWideGroupVecs = 8;     // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
-constexpr int kCtaVecs = 4;           // CTA tier
-constexpr int kWideCtaThreads = 512;  // and one CTA of 512 x 8 packs (16384 fp32 / 32768 16-bit)
-constexpr int kWideCtaVecs = 8;
-constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
-constexpr int kClusterThreads = 256;
-constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
-constexpr int kStreamingThreads = 512;
-
-// THE TIER TABLE. `vec` is the full pack width of the dtype (4 fp32, 8 bf16/fp16); rows
-// whose operands do not allow it stream. Boundaries (elements per row, fp32 / 16-bit):
-//   n <= 32 lanes x 4 packs          (512 / 1024): group tier, lanes per row = the fewest
-//                                    that hold the row (>= the pack width, >= 4), 128-thread
-//                                    CTAs, several rows in flight per SM per warp.
-//   n <= 32 lanes x 8 packs          (1024 / 2048): a warp per row, 8 packs per lane: no
-//                                    block barrier (a LayerNorm reduces twice per row).
-//   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads;
-//   n <= 512 threads x 8 packs       (16384 / 32768): one CTA of 512 threads x 8 packs (the
-//                                    2-CTA cluster measured 95% of copy here, torch.compile's
-//                                    one-CTA kernel 99%); ops that need more than 128
-//                                    registers there (kWideCluster = false) use clusters.
-//   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
-//                                    2/4/8/16 CTAs that hold it (16 is non-portable and
-//                                    checked with cudaOccupancyMaxActiveClusters);
-//           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
-//   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
-// The boundaries follow the register budget; benchmarks/results/h100/NOTES.md has the measurements.
-inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide = true) {
-  if (n <= int64_t{kWarpSize} * kGroupVecs * vec) {
-    int width = std::max(4, vec);
-    while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
-    return {RowTier::kGroup, width, 128, 0, kGroupVecs};
-  }
-  if (n <= int64_t{kWarpSize} * kWideGroupVecs * vec) {
-    return {RowTier::kGroup, kWarpSize, 128, 0, kWideGroupVecs};
-  }
-  for (int threads : {128, 256, 512}) {
-    if (n <= int64_t{threads} * kCtaVecs * vec) {
-      return {RowTier::kCta, 0, threads, 0, kCtaVecs};
-    }
-  }
-  if (wide && n <= int64_t{kWideCtaThreads} * kWideCtaVecs * vec) {
-    return {RowTier::kCta, 0, kWideCtaThreads, 0, kWideCtaVecs};
-  }
-  if (clusters) {
-    for (int cluster : {2, 4, 8, 16}) {
-      if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
-        return {RowTier::kCluster, 0, kClusterThreads, cluster};
-      }
-    }
-    if (wide && n <= int64_t{16} * kWideClusterThreads * kClusterVecs * vec) {
-      return {RowTier::kCluster, 0, kWideClusterThreads, 16};
-    }
-  }
-  return {RowTier::kStreaming, 0, kStreamingThreads, 0};
+    return e;
+  });
 }
 
 inline unsigned GridFor(int64_t units) {
@@ -164,46 +83,102 @@ template <class Op>
 struct WideClusterOk<Op, std::void_t<decltype(Op::kWideCluster)>>
     : std::bool_constant<Op::kWideCluster> {};
 
-// Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
-// when the device cannot co-schedule such a cluster.
-template <class Op, typename T, int kVec, int kThreads, int kCluster, int kVecs = kClusterVecs>
-cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  auto kernel = ClusterRowKernel<Op, T, kVec, kVecs, kThreads, kCluster>;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> schedulable[kMaxDevices];  // 0 unknown, 1 yes, 2 no
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
+// ---------------------------------------------------------------------------------------
+// The row tiers.
+
+template <class Op, typename T, int kVecs, int kThreads, int kCluster>
+constexpr auto ClusterKernel() {
+  return ClusterRowKernel<Op, T, MaxPackWidth(sizeof(T)), kVecs, kThreads, kCluster>;
+}
+
+template <int kThreads, int kCluster>
+cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaStream_t stream) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = kCluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const int state = device < kMaxDevices ? schedulable[device].load() : 0;
-  if (state == 2) return cudaErrorNotSupported;
-  if (state == 0) {
+  return cfg;
+}
+
+enum class ClusterSupport { kCoScheduled, kNotCoScheduled };
+
+// Whether `device` (the current one) can co-schedule one cluster of this configuration (16 is
+// a non-portable size; a GPU or partition may hold fewer SMs per GPC), checked once per device.
+template <class Op, typename T, int kThreads, int kCluster>
+cudaError_t CheckClusterSupport(int device, ClusterSupport* support) {
+  static PerDevice<ClusterSupport> cache;
+  return cache.Get(device, support, [](int, ClusterSupport* out) {
+    auto kernel = ClusterKernel<Op, T, kClusterVecs, kThreads, kCluster>();
+    cudaError_t err = cudaSuccess;
     if (kCluster > 8) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
-    cfg.gridDim = dim3(kCluster);
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(attr, kCluster, nullptr);
     int clusters = 0;
     if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (err != cudaSuccess || clusters < 1) {
-      (void)cudaGetLastError();
-      if (device < kMaxDevices) schedulable[device].store(2);
-      return cudaErrorNotSupported;
+    // A failed query means "not co-schedulable" (as on a device without clusters); its error
+    // is cleared so that it does not surface at the next launch.
+    (void)cudaGetLastError();
+    *out = err == cudaSuccess && clusters >= 1 ? ClusterSupport::kCoScheduled
+                                               : ClusterSupport::kNotCoScheduled;
+    return cudaSuccess;
+  });
+}
+
+template <class Op, typename T>
+cudaError_t CheckClusterSupport(int device, const RowPlan& plan, ClusterSupport* support) {
+  if constexpr (WideClusterOk<Op>::value) {
+    if (plan.threads == kWideClusterThreads) {
+      return CheckClusterSupport<Op, T, kWideClusterThreads, kMaxCluster>(device, support);
     }
-    if (device < kMaxDevices) schedulable[device].store(1);
   }
+  switch (plan.cluster) {
+    case 2: return CheckClusterSupport<Op, T, kClusterThreads, 2>(device, support);
+    case 4: return CheckClusterSupport<Op, T, kClusterThreads, 4>(device, support);
+    case 8: return CheckClusterSupport<Op, T, kClusterThreads, 8>(device, support);
+    case kMaxCluster:
+      return CheckClusterSupport<Op, T, kClusterThreads, kMaxCluster>(device, support);
+  }
+  return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
+}
+
+// The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
+// cannot co-schedule replaced by streaming.
+template <class Op, typename T>
+cudaError_t PlanRowOp(const RowArgs<T, Op::kIn>& a, RowPlan* plan) {
+  int device = 0;
+  DeviceInfo dev;
+  cudaError_t err = GetDeviceInfo(&device, &dev);
+  if (err != cudaSuccess) return err;
+  *plan = PlanRowProblem(a.n, sizeof(T), RowVecWidth(a), PlanClusters(dev.cc_major),
+                         WideClusterOk<Op>::value);
+  if constexpr (!std::is_same_v<T, double>) {
+    if (plan->tier == RowTier::kCluster) {
+      ClusterSupport support;
+      err = CheckClusterSupport<Op, T>(device, *plan, &support);
+      if (err != cudaSuccess) return err;
+      if (support == ClusterSupport::kNotCoScheduled) *plan = StreamingPlan(plan->vec);
+    }
+  }
+  return cudaSuccess;
+}
+
+// Launches one cluster configuration (CheckClusterSupport said the device co-schedules it).
+template <class Op, typename T, int kThreads, int kCluster>
+cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   const int64_t max_clusters = INT_MAX / kCluster;
-  cfg.gridDim = dim3(static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)));
-  return cudaLaunchKernelEx(&cfg, kernel, a, op);
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(
+      attr, static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)), stream);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, T, kClusterVecs, kThreads, kCluster>(), a, op);
 }
 
 template <class Op, typename T, int kVec>
@@ -216,15 +191,11 @@ cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaS
 template <class Op, typename T, int kWidth, int kVecs = kGroupVecs>
 cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
-  constexpr int kCtaThreads = 128;
-  if constexpr (kWidth < kVec) {
-    return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
-  } else {
-    constexpr int kRowsPerCta = kCtaThreads / kWidth;
-    GroupRowKernel<Op, T, kVec, kVecs, kWidth, kCtaThreads>
-        <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kCtaThreads, 0, stream>>>(a, op);
-    return cudaGetLastError();
-  }
+  static_assert(kWidth >= kVec, "a group is at least one pack wide");
+  constexpr int kRowsPerCta = kGroupCtaThreads / kWidth;
+  GroupRowKernel<Op, T, kVec, kVecs, kWidth, kGroupCtaThreads>
+      <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kGroupCtaThreads, 0, stream>>>(a, op);
+  return cudaGetLastError();
 }
 
 template <class Op, typename T, int kThreads, int kVecs = kCtaVecs>
@@ -234,38 +205,37 @@ cudaError_t LaunchCtaRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_
   return cudaGetLastError();
 }
 
-// Runs `op` on every row of `a` on `stream` (the caller has made the device current).
+// Runs `op` on every row of `a` on `stream` as `plan` (PlanRowOp of `a`) says; the caller has
+// made the device current. A plan the table never makes is cudaErrorInvalidConfiguration.
 template <class Op, typename T>
-cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, const RowPlan& plan,
+                        cudaStream_t stream) {
   if (a.rows == 0 || a.n == 0) return cudaSuccess;
   constexpr int kVec = MaxPackWidth(sizeof(T));
-  const int vec = RowVecWidth(a);
-  if constexpr (std::is_same_v<T, double>) {
-    // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
-    return vec == kVec ? LaunchStreamingRow<Op, T, kVec>(a, op, stream)
-                       : LaunchStreamingRow<Op, T, 1>(a, op, stream);
-  } else {
-    if (vec != kVec) return LaunchStreamingRow<Op, T, 1>(a, op, stream);
-    DeviceInfo dev;
-    cudaError_t err = GetDeviceInfo(&dev);
-    if (err != cudaSuccess) return err;
-    RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters, WideClusterOk<Op>::value);
+  if (plan.tier == RowTier::kStreaming) {
+    return plan.vec == kVec ? LaunchStreamingRow<Op, T, kVec>(a, op, stream)
+                            : LaunchStreamingRow<Op, T, 1>(a, op, stream);
+  }
+  if constexpr (!std::is_same_v<T, double>) {
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
-          case 4: return LaunchGroupRow<Op, T, 4>(a, op, stream);
+          case 4:
+            if constexpr (kVec <= 4) return LaunchGroupRow<Op, T, 4>(a, op, stream);
+            break;
           case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
           case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
-          default:
+          case kWarpSize:
             return plan.packs == kWideGroupVecs
-                       ? LaunchGroupRow<Op, T, 32, kWideGroupVecs>(a, op, stream)
-                       : LaunchGroupRow<Op, T, 32>(a, op, stream);
+                       ? LaunchGroupRow<Op, T, kWarpSize, kWideGroupVecs>(a, op, stream)
+                       : LaunchGroupRow<Op, T, kWarpSize>(a, op, stream);
         }
+        break;
       case RowTier::kCta:
         switch (plan.threads) {
           case 128: return LaunchCtaRow<Op, T, 128>(a, op, stream);
           case 256: return LaunchCtaRow<Op, T, 256>(a, op, stream);
-          default:
+          case 512:
             if constexpr (WideClusterOk<Op>::value) {
               if (plan.packs == kWideCtaVecs) {
                 return LaunchCtaRow<Op, T, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
@@ -273,180 +243,132 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
             }
             return LaunchCtaRow<Op, T, 512>(a, op, stream);
         }
-      case RowTier::kCluster: {
-        constexpr int kT = kClusterThreads;
+        break;
+      case RowTier::kCluster:
         if constexpr (WideClusterOk<Op>::value) {
           if (plan.threads == kWideClusterThreads) {
-            err = LaunchClusterRow<Op, T, kVec, kWideClusterThreads, 16>(a, op, stream);
-            if (err != cudaErrorNotSupported) return err;
-            return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+            return LaunchClusterRow<Op, T, kWideClusterThreads, kMaxCluster>(a, op, stream);
           }
         }
         switch (plan.cluster) {
-          case 2: err = LaunchClusterRow<Op, T, kVec, kT, 2>(a, op, stream); break;
-          case 4: err = LaunchClusterRow<Op, T, kVec, kT, 4>(a, op, stream); break;
-          case 8: err = LaunchClusterRow<Op, T, kVec, kT, 8>(a, op, stream); break;
-          default: err = LaunchClusterRow<Op, T, kVec, kT, 16>(a, op, stream);
+          case 2: return LaunchClusterRow<Op, T, kClusterThreads, 2>(a, op, stream);
+          case 4: return LaunchClusterRow<Op, T, kClusterThreads, 4>(a, op, stream);
+          case 8: return LaunchClusterRow<Op, T, kClusterThreads, 8>(a, op, stream);
+          case kMaxCluster:
+            return LaunchClusterRow<Op, T, kClusterThreads, kMaxCluster>(a, op, stream);
         }
-        if (err != cudaErrorNotSupported) return err;
-        return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
-      }
+        break;
       case RowTier::kStreaming: break;
     }
-    return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
   }
+  return cudaErrorInvalidConfiguration;
+}
+
+// Plans and runs `op` on every row of `a`.
+template <class Op, typename T>
+cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+  if (a.rows == 0 || a.n == 0) return cudaSuccess;
+  RowPlan plan;
+  const cudaError_t err = PlanRowOp<Op>(a, &plan);
+  return err != cudaSuccess ? err : LaunchRowOp(a, op, plan, stream);
 }
 
 // ---------------------------------------------------------------------------------------
-// Fused parameter gradients (ops with kColumnSums): rows that the table puts on the CTA tier
-// or the 4-pack group tier, that start 16-byte aligned and whose n is a multiple of the pack
-// width run CtaRowSumsKernel / GroupRowSumsKernel. Others save per-row statistics for
-// kernels/param_grad.h (a second read of x and dy).
-//
-// 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
-// while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
-// thread slots empty: 70% of copy for the backward). A group runs 32 rows (groups are many).
-constexpr int kFusedChunkRows = 16;
-constexpr int kFusedGroupRows = 32;
-constexpr int kGroupCtaThreads = 128;
-constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
+// Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
-// The plan of the fused path for `a`, or a plan of tier kStreaming where it does not apply.
+// The fused plan of `a` on the current device, or nothing where the fused path does not apply.
 template <class Op, typename T>
-RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  const RowPlan none{RowTier::kStreaming};
-  if (std::is_same_v<T, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0) return none;
-  for (int i = 0; i < Op::kIn; ++i) {
-    if (reinterpret_cast<uintptr_t>(a.in[i]) % 16 != 0 || a.in_stride[i] % kVec != 0) return none;
-  }
-  if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return none;
+cudaError_t PlanRowSumOp(const RowArgs<T, Op::kIn>& a, std::optional<FusedSumPlan>* plan) {
+  int device = 0;
   DeviceInfo dev;
-  if (GetDeviceInfo(&dev) != cudaSuccess) return none;
-  const RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters);
-  // Where the fused path measured faster than the two-pass one (H100, bf16, backward with
-  // parameter gradients, % of copy for 3 tensors): one column sum (RMSNorm) on the CTA tier
-  // (N=4096: 80 against 57; 8192: 78 / 57) and on groups of 16+ lanes (N=1024: 77 / 58; with 8
-  // lanes, N=256: 55 / 58); two sums (LayerNorm) on groups of 16+ lanes only (N=1024: 64 / 57;
-  // on the CTA tier, N=4096: 52 / 58, N=8192: 42 / 57).
-  if (plan.tier == RowTier::kCta && plan.packs == kCtaVecs && Op::kColumnSums == 1) return plan;
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) return plan;
-  return none;
-}
-
-// The number of chunk partials the fused path writes for `a`, or 0 where it does not apply.
-template <class Op, typename T>
-int64_t FusedColumnSumChunks(const RowArgs<T, Op::kIn>& a) {
-  const RowPlan plan = FusedPlan<Op>(a);
-  if (plan.tier == RowTier::kCta) return (a.rows + kFusedChunkRows - 1) / kFusedChunkRows;
-  if (plan.tier == RowTier::kGroup) {
-    const int64_t groups = kGroupCtaThreads / plan.width;
-    const int64_t per_cta = groups * kFusedGroupRows;
-    return (a.rows + per_cta - 1) / per_cta * groups;
-  }
-  return 0;
+  const cudaError_t err = GetDeviceInfo(&device, &dev);
+  if (err != cudaSuccess) return err;
+  *plan = PlanFusedSums(a.rows, a.n, sizeof(T), FusedOperandsAligned(a), PlanClusters(dev.cc_major),
+                        WideClusterOk<Op>::value, Op::kColumnSums);
+  return cudaSuccess;
 }
 
 template <class Op, typename T, int kWidth>
 cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
                                cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
-  if constexpr (kWidth < kVec) {
-    return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
-  } else {
-    constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
-    GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
-        <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op,
-                                                                                     partial);
-    return cudaGetLastError();
-  }
+  static_assert(kWidth >= kVec, "a group is at least one pack wide");
+  constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
+  GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
+      <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op, partial);
+  return cudaGetLastError();
 }
 
-// Runs `op` on every row of `a` and writes its column sums as FusedColumnSumChunks(a) chunk
-// partials to `partial` (Op::kColumnSums x chunks x n accumulators).
-template <class Op, typename T>
-cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
-                           cudaStream_t stream) {
+template <class Op, typename T, int kThreads, int kVecs>
+cudaError_t LaunchCtaRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+                             cudaStream_t stream) {
   constexpr int kVec = MaxPackWidth(sizeof(T));
-  if constexpr (std::is_same_v<T, double>) {
-    return cudaErrorNotSupported;
-  } else {
-    const RowPlan plan = FusedPlan<Op>(a);
-    if (plan.tier == RowTier::kGroup) {
-      switch (plan.width) {  // FusedPlan: groups of 16+ lanes
+  CtaRowSumsKernel<Op, T, kVec, kVecs, kThreads, kFusedChunkRows>
+      <<<GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows), kThreads, 0, stream>>>(a, op,
+                                                                                           partial);
+  return cudaGetLastError();
+}
+
+// Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
+// sums as plan.chunks chunk partials to `partial` (Op::kColumnSums x chunks x n accumulators).
+template <class Op, typename T>
+cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, const FusedSumPlan& plan,
+                           AccType<T>* partial, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, double>) {  // PlanFusedSums plans no float64
+    const RowPlan& k = plan.kernel;
+    if (k.tier == RowTier::kGroup) {
+      switch (k.width) {
         case 16: return LaunchGroupRowSums<Op, T, 16>(a, op, partial, stream);
-        case 32: return LaunchGroupRowSums<Op, T, 32>(a, op, partial, stream);
-        default: return cudaErrorNotSupported;
+        case kWarpSize: return LaunchGroupRowSums<Op, T, kWarpSize>(a, op, partial, stream);
+      }
+    } else if constexpr (Op::kColumnSums == 1) {  // the CTA tier only with one sum
+      if (k.packs == kFusedSumVecs && k.threads == 128) {
+        return LaunchCtaRowSums<Op, T, 128, kFusedSumVecs>(a, op, partial, stream);
+      }
+      if (k.packs == kFusedSumVecs && k.threads == 256) {
+        return LaunchCtaRowSums<Op, T, 256, kFusedSumVecs>(a, op, partial, stream);
+      }
+      if (k.packs == kCtaVecs && k.threads == 256) {
+        return LaunchCtaRowSums<Op, T, 256, kCtaVecs>(a, op, partial, stream);
+      }
+      if (k.packs == kCtaVecs && k.threads == 512) {
+        return LaunchCtaRowSums<Op, T, 512, kCtaVecs>(a, op, partial, stream);
       }
     }
-    if constexpr (Op::kColumnSums == 1) {  // FusedPlan: the CTA tier only with one sum
-      if (plan.tier != RowTier::kCta) return cudaErrorNotSupported;
-      const unsigned grid = GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows);
-      // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
-      // packs per thread: at four, the column sums double the registers a cached pack costs
-      // and fewer CTAs fit an SM (measured, bf16 rms backward with dweight: N=4096 79% of
-      // copy with two packs against 73% with four; N=8192 and 16384 were faster with four:
-      // 77% / 70% against 74% / 65%).
-      constexpr int kSumVecs = kFusedSumVecs;
-      if (a.n <= int64_t{128} * kSumVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 128, kFusedChunkRows>
-            <<<grid, 128, 0, stream>>>(a, op, partial);
-      } else if (a.n <= int64_t{256} * kSumVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 256, kFusedChunkRows>
-            <<<grid, 256, 0, stream>>>(a, op, partial);
-      } else if (a.n <= int64_t{256} * kCtaVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 256, kFusedChunkRows>
-            <<<grid, 256, 0, stream>>>(a, op, partial);
-      } else {
-        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 512, kFusedChunkRows>
-            <<<grid, 512, 0, stream>>>(a, op, partial);
-      }
-    } else {
-      return cudaErrorNotSupported;
-    }
-    return cudaGetLastError();
   }
+  return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
 
-// Whether the vectorized column path applies: inner a multiple of the pack width, at least one
-// full tile of columns, every operand aligned to a pack.
-template <typename T, int kIn>
-bool ColumnPacksOk(const ColumnArgs<T, kIn>& a, int lanes, int tile_cols) {
-  const uintptr_t bytes = sizeof(T) * lanes;
-  bool ok = a.inner % lanes == 0 && a.inner >= tile_cols &&
-            reinterpret_cast<uintptr_t>(a.out) % bytes == 0 &&
-            (a.out2 == nullptr || reinterpret_cast<uintptr_t>(a.out2) % bytes == 0);
-  for (int i = 0; i < kIn; ++i) ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % bytes == 0;
-  return ok;
-}
+// ---------------------------------------------------------------------------------------
+// The strided-dim path (the plan is PlanStridedOp of plan.h).
 
-// Runs `op` over dim d of contiguous (outer, d, inner) operands. Columns of up to 8 x 8 = 64
-// elements stay in registers (one read of the tensor): with 16-byte packs of adjacent columns
-// where inner and the alignment allow (ColumnPackKernel, 32 x 8 threads own a 64 x 128 fp32
-// tile), else one column per thread. Longer columns are read twice, the second time mostly
-// from L2 (a CTA's 32 x d tile is reused at once).
+// Runs `op` over dim d of contiguous (outer, d, inner) operands.
 template <class Op, typename T>
 cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
   if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
-  constexpr int kTx = 32;
-  constexpr int kTy = 8;
-  constexpr int kCache = 8;
+  constexpr int kTx = kStridedTx;
+  constexpr int kTy = kStridedTy;
+  const StridedPlan plan = PlanStridedOp(a);
   const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
-  if constexpr (!std::is_same_v<T, double>) {
-    constexpr int kLanes = MaxPackWidth(sizeof(T));
-    if (a.d <= kTy * kCache && ColumnPacksOk(a, kLanes, kTx * kLanes)) {
-      const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
-      ColumnPackKernel<Op, T, kTx, kTy, kCache, kLanes>
-          <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+  switch (plan.kernel) {
+    case StridedKernel::kPacked:
+      if constexpr (!std::is_same_v<T, double>) {
+        constexpr int kLanes = MaxPackWidth(sizeof(T));
+        const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
+        ColumnPackKernel<Op, T, kTx, kTy, kStridedCache, kLanes>
+            <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+        return cudaGetLastError();
+      }
+      break;
+    case StridedKernel::kCached:
+      ColumnKernel<Op, T, kTx, kTy, kStridedCache>
+          <<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
       return cudaGetLastError();
-    }
+    case StridedKernel::kStreamed:
+      ColumnKernel<Op, T, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+      return cudaGetLastError();
   }
-  if (a.d <= kTy * kCache) {
-    ColumnKernel<Op, T, kTx, kTy, kCache><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
-  } else {
-    ColumnKernel<Op, T, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
-  }
-  return cudaGetLastError();
+  return cudaErrorInvalidConfiguration;  // a plan PlanStridedOp never makes
 }
 
 }  // namespace rownorm

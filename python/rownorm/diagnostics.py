@@ -1,0 +1,137 @@
+"""Which kernel configuration a call gets: :func:`explain`, and the plan log.
+
+Both come from the planning code the launchers run (``src/kernels/common/plan.h``, through
+the ``rownorm::plan_info`` op), so they describe what launches rather than a copy of the
+rules. ``ROWNORM_LOG_PLAN=1`` (read once per process) makes every launch write its plan to
+stderr from C++, one line ``rownorm: <op>: rows=<rows> n=<n> <key=value words>``; C++ writes
+it directly because a launch from a compiled graph has no Python frame to log through (a CUDA
+graph replay runs no host code and logs nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger("rownorm")
+
+_INT_KEYS = ("rows", "n", "vec", "lanes_per_row", "threads", "cluster", "packs", "chunks")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of one call (see :func:`explain`). Fields that do not apply are None.
+
+    Attributes:
+        op, device, dtype, backward: what was asked about.
+        path: ``"rows"`` (the row tiers), ``"strided"`` (dim is not innermost in memory and
+            the operands were made contiguous: the strided-dim kernels), ``"cpu"``, or
+            ``"empty"`` (nothing launches).
+        rows, n: the number of rows (or columns) and their length.
+        tier: row tiers: ``"group"`` (several rows per CTA), ``"cta"`` (a CTA per row),
+            ``"cluster"`` (a thread-block cluster per row, sm_90+) or ``"streaming"``.
+        vec: elements per load (a 16-byte pack; 1 where the operands' alignment differs).
+        lanes_per_row: group tier: threads per row.
+        threads: threads per CTA.
+        cluster: cluster tier: CTAs per row.
+        packs: 16-byte packs per thread held in registers (the row is read once).
+        kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
+        param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
+            per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
+            a second read of x and dy).
+        chunks: fused: partials per column sum.
+        raw: the description as the C++ side wrote it (``key=value`` words).
+    """
+
+    op: str
+    device: str
+    dtype: torch.dtype
+    backward: bool
+    path: str
+    rows: int
+    n: int
+    tier: str | None = None
+    vec: int | None = None
+    lanes_per_row: int | None = None
+    threads: int | None = None
+    cluster: int | None = None
+    packs: int | None = None
+    kernel: str | None = None
+    param_grads: str | None = None
+    chunks: int | None = None
+    raw: str = ""
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        head = (
+            f"{self.op} {'backward' if self.backward else 'forward'}, {dtype}, "
+            f"{self.rows} rows of {self.n} on {self.device}: "
+        )
+        return head + _describe(self)
+
+
+def _describe(p: Plan) -> str:
+    packs = f"{p.packs} packs of {p.vec} elements per thread"
+    if p.path == "cpu":
+        text = "the CPU kernels (contiguous rows over torch's intra-op threads)"
+    elif p.path == "empty":
+        text = "nothing launches (empty input)"
+    elif p.path == "strided":
+        text = (
+            f"the strided-dim path, {p.kernel} kernel: CTAs of 32 x 8 threads, "
+            f"{p.vec} adjacent columns per thread"
+        )
+    elif p.tier == "group":
+        text = f"group tier, {p.lanes_per_row} lanes per row ({p.threads}-thread CTAs), {packs}"
+    elif p.tier == "cta":
+        text = f"CTA tier, one CTA of {p.threads} threads per row, {packs}"
+    elif p.tier == "cluster":
+        text = f"cluster tier, {p.cluster} CTAs of {p.threads} threads per row, {packs}"
+    else:
+        text = (
+            f"streaming, one CTA of {p.threads} threads per row, loads of {p.vec} elements "
+            "(the row is read more than once)"
+        )
+    if p.param_grads == "fused":
+        text += f"; parameter gradients fused ({p.chunks} chunk partials per column sum)"
+    elif p.param_grads == "two-pass":
+        text += "; parameter gradients in a second pass (saved per-row statistics)"
+    return text
+
+
+def explain(
+    x: torch.Tensor,
+    op: str = "rms_norm",
+    dim: int = -1,
+    *,
+    backward: bool = False,
+    param_grads: bool = False,
+) -> Plan:
+    """The plan a call of ``op`` on ``x`` gets on x's device: path, tier, vector width, CTA and
+    cluster shape. ``str(explain(...))`` reads as a sentence.
+
+    Operands other than x (a gradient, a residual) are taken to be new contiguous tensors like
+    x, as autograd passes them, and parameters to have x's dtype. Where the op would make x
+    contiguous first, so does explain (it may copy x). add_rms_norm's backward is planned with
+    a gradient for both outputs.
+
+    Args:
+        x: the input (float32, float16, bfloat16 or float64, any rank >= 1, CPU or CUDA).
+        op: ``l1_normalize``, ``rms_norm``, ``add_rms_norm``, ``layer_norm``, ``softmax`` or
+            ``log_softmax``.
+        dim: the dimension reduced over (add_rms_norm: the last only).
+        backward: plan the backward op instead of the forward.
+        param_grads: with backward, for ops with parameters (rms_norm, add_rms_norm,
+            layer_norm): plan the parameter gradients too (fused or two-pass).
+
+    Returns:
+        A :class:`Plan`.
+    """
+    raw = torch.ops.rownorm.plan_info(x, op, dim, backward, param_grads)
+    words = dict(word.split("=", 1) for word in raw.split())
+    fields = {k: int(v) if k in _INT_KEYS else v for k, v in words.items()}
+    plan = Plan(op=op, device=str(x.device), dtype=x.dtype, backward=backward, raw=raw, **fields)
+    logger.debug("explain: %s", plan)
+    return plan

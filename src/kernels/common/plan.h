@@ -1,0 +1,282 @@
+// Planning: which kernel configuration runs a problem. Host-only, with no CUDA or torch header,
+// so the launchers (dispatch.cuh), the plan log and rownorm.explain share this one code and the
+// table can be exercised without a GPU (the rownorm::plan_row_tier op).
+//
+// THE TIER TABLE lives here (PlanRowTier) and nowhere else. A tier is chosen from the row
+// length n, the element size and the GPU's architecture only -- never from the number of
+// rows -- so a row's result does not depend on the batch it came in.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "kernels/common/args.h"
+
+namespace rownorm {
+
+constexpr int kPlanWarpSize = 32;  // = kWarpSize of the kernels (checked in dispatch.cuh)
+constexpr int kPackBytes = 16;     // one pack: a 16-byte vector load / store
+
+// Elements per pack: 4 fp32, 8 fp16 / bf16, 2 fp64 (= MaxPackWidth of pack.cuh).
+constexpr int PackWidth(int elem_size) { return kPackBytes / elem_size; }
+
+// ROWNORM_DISABLE_CLUSTERS=1 (read once per process) plans every row as on a GPU without
+// thread-block clusters, as before sm_90: the pre-Hopper tier table, testable on a Hopper.
+inline bool ClustersDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("ROWNORM_DISABLE_CLUSTERS");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return disabled;
+}
+
+// Whether the table plans the cluster tier on a device of compute capability `cc_major`.
+inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
+
+enum class RowTier { kGroup, kCta, kCluster, kStreaming };
+
+// One launch configuration of the row tiers.
+struct RowPlan {
+  RowTier tier = RowTier::kStreaming;
+  int vec = 1;      // elements per load (a full pack, or 1 where the operands' alignment differs)
+  int width = 0;    // kGroup: threads per row
+  int threads = 0;  // threads per CTA
+  int cluster = 0;  // kCluster: CTAs per row
+  int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
+};
+
+// Per-thread register budget of the cached tiers, in packs (16 bytes each).
+constexpr int kGroupVecs = 4;          // group tier: 4 packs in flight per lane
+constexpr int kWideGroupVecs = 8;      // a warp per row: 8 packs per lane (1024 fp32 / 2048 16-bit)
+constexpr int kGroupCtaThreads = 128;  // CTA size of the group tier
+constexpr int kCtaVecs = 4;            // CTA tier
+constexpr int kWideCtaThreads = 512;   // and one CTA of 512 x 8 packs (16384 fp32 / 32768 16-bit)
+constexpr int kWideCtaVecs = 8;
+constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
+constexpr int kClusterThreads = 256;
+constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
+constexpr int kMaxCluster = 16;
+constexpr int kStreamingThreads = 512;
+
+inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kStreamingThreads}; }
+
+// THE TIER TABLE. `vec` is the full pack width of the dtype (4 fp32, 8 bf16/fp16); rows
+// whose operands do not allow it stream. Boundaries (elements per row, fp32 / 16-bit):
+//   n <= 32 lanes x 4 packs          (512 / 1024): group tier, lanes per row = the fewest
+//                                    that hold the row (>= the pack width, >= 4), 128-thread
+//                                    CTAs, several rows in flight per SM per warp.
+//   n <= 32 lanes x 8 packs          (1024 / 2048): a warp per row, 8 packs per lane: no
+//                                    block barrier (a LayerNorm reduces twice per row).
+//   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads;
+//   n <= 512 threads x 8 packs       (16384 / 32768): one CTA of 512 threads x 8 packs (the
+//                                    2-CTA cluster measured 95% of copy here, torch.compile's
+//                                    one-CTA kernel 99%); ops that need more than 128
+//                                    registers there (`wide` = false) use clusters.
+//   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
+//                                    2/4/8/16 CTAs that hold it (16 is non-portable; the
+//                                    launcher checks that the device co-schedules it);
+//           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
+//   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
+// Every boundary is a power of two. They follow the register budget;
+// benchmarks/results/h100/NOTES.md has the measurements.
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
+  if (n <= int64_t{kPlanWarpSize} * kGroupVecs * vec) {
+    int width = std::max(4, vec);
+    while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
+    return {RowTier::kGroup, vec, width, kGroupCtaThreads, 0, kGroupVecs};
+  }
+  if (n <= int64_t{kPlanWarpSize} * kWideGroupVecs * vec) {
+    return {RowTier::kGroup, vec, kPlanWarpSize, kGroupCtaThreads, 0, kWideGroupVecs};
+  }
+  for (int threads : {128, 256, 512}) {
+    if (n <= int64_t{threads} * kCtaVecs * vec) {
+      return {RowTier::kCta, vec, 0, threads, 0, kCtaVecs};
+    }
+  }
+  if (wide && n <= int64_t{kWideCtaThreads} * kWideCtaVecs * vec) {
+    return {RowTier::kCta, vec, 0, kWideCtaThreads, 0, kWideCtaVecs};
+  }
+  if (clusters) {
+    for (int cluster : {2, 4, 8, kMaxCluster}) {
+      if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
+        return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterVecs};
+      }
+    }
+    if (wide && n <= int64_t{kMaxCluster} * kWideClusterThreads * kClusterVecs * vec) {
+      return {RowTier::kCluster, vec, 0, kWideClusterThreads, kMaxCluster, kClusterVecs};
+    }
+  }
+  return StreamingPlan(vec);
+}
+
+// The widest load width w (elements, power of two, <= one pack) at which every operand's rows
+// start at the same address mod w elements: base offsets and row strides congruent mod w.
+// Then one head/tail split (computed from operand 0) serves all operands.
+template <typename T, int kIn>
+int RowVecWidth(const RowArgs<T, kIn>& a) {
+  for (int w = PackWidth(sizeof(T)); w > 1; w /= 2) {
+    auto phase = [w](const void* p) {
+      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % w);
+    };
+    auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
+    const int64_t p0 = phase(a.out);
+    const int64_t s0 = stride_phase(a.out_stride);
+    bool ok = true;
+    for (int i = 0; i < kIn; ++i) {
+      ok = ok && phase(a.in[i]) == p0 && (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
+    }
+    if (ok) return w;
+  }
+  return 1;
+}
+
+// The plan of a row problem of `elem_size`-byte elements whose operands allow loads of
+// `load_vec` elements (RowVecWidth). `wide`: the op may run 512 threads x 8 packs.
+inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide) {
+  const int vec = PackWidth(elem_size);
+  // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
+  if (elem_size == 8) return StreamingPlan(load_vec == vec ? vec : 1);
+  if (load_vec != vec) return StreamingPlan(1);
+  return PlanRowTier(n, vec, clusters, wide);
+}
+
+// ---------------------------------------------------------------------------------------
+// Fused parameter gradients (ops with column sums): rows that the table puts on the CTA tier
+// or the 4-pack group tier, that start 16-byte aligned and whose n is a multiple of the pack
+// width run CtaRowSumsKernel / GroupRowSumsKernel, which write per-chunk partials of the sums.
+// Elsewhere the backward saves per-row statistics for kernels/param_grad.h (a second read of x
+// and dy).
+//
+// 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
+// while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
+// thread slots empty). A group runs 32 rows (groups are many).
+constexpr int kFusedChunkRows = 16;
+constexpr int kFusedGroupRows = 32;
+constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
+
+struct FusedSumPlan {
+  RowPlan kernel;      // CtaRowSumsKernel (tier kCta) or GroupRowSumsKernel (kGroup)
+  int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
+};
+
+// The fused plan of `rows` rows of n `elem_size`-byte elements of an op with `column_sums`
+// sums, or nothing where the fused path does not apply. `aligned`: every operand starts
+// 16-byte aligned and has a row stride that is a multiple of the pack width.
+inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
+                                                 bool aligned, bool clusters, bool wide,
+                                                 int column_sums) {
+  const int vec = PackWidth(elem_size);
+  if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || n % vec != 0 || !aligned) {
+    return std::nullopt;
+  }
+  const RowPlan plan = PlanRowTier(n, vec, clusters, wide);
+  // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
+  // NOTES.md §5): one column sum (RMSNorm) on the 4-pack CTA tier and on groups of 16+ lanes;
+  // two sums (LayerNorm) on groups of 16+ lanes only.
+  if (plan.tier == RowTier::kCta && plan.packs == kCtaVecs && column_sums == 1) {
+    FusedSumPlan f{plan, (rows + kFusedChunkRows - 1) / kFusedChunkRows};
+    // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
+    // packs per thread: at four, the column sums double the registers a cached pack costs and
+    // fewer CTAs fit an SM; longer rows were faster with four (256 or 512 threads; NOTES.md §5).
+    if (n <= int64_t{128} * kFusedSumVecs * vec) {
+      f.kernel.threads = 128;
+      f.kernel.packs = kFusedSumVecs;
+    } else if (n <= int64_t{256} * kFusedSumVecs * vec) {
+      f.kernel.threads = 256;
+      f.kernel.packs = kFusedSumVecs;
+    } else {
+      f.kernel.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
+    }
+    return f;
+  }
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) {
+    const int64_t groups = kGroupCtaThreads / plan.width;
+    const int64_t per_cta = groups * kFusedGroupRows;
+    return FusedSumPlan{plan, (rows + per_cta - 1) / per_cta * groups};
+  }
+  return std::nullopt;
+}
+
+// Whether every operand of `a` allows the fused path's loads: 16-byte aligned, row strides a
+// multiple of the pack width.
+template <typename T, int kIn>
+bool FusedOperandsAligned(const RowArgs<T, kIn>& a) {
+  constexpr int kVec = PackWidth(sizeof(T));
+  bool ok = reinterpret_cast<uintptr_t>(a.out) % kPackBytes == 0;
+  for (int i = 0; i < kIn; ++i) {
+    ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % kPackBytes == 0 && a.in_stride[i] % kVec == 0;
+  }
+  return ok;
+}
+
+// ---------------------------------------------------------------------------------------
+// The strided-dim path: contiguous (outer, d, inner) operands reduced over d. A CTA of
+// 32 x 8 threads owns 32 adjacent columns (32 packs of columns with kPacked). Columns of up to
+// 8 x 8 = 64 elements stay in registers (one read of the tensor); longer ones are read twice,
+// the second time mostly from L2 (a CTA's 32 x d tile is reused at once).
+enum class StridedKernel { kPacked, kCached, kStreamed };
+
+constexpr int kStridedTx = 32;
+constexpr int kStridedTy = 8;
+constexpr int kStridedCache = 8;
+
+struct StridedPlan {
+  StridedKernel kernel = StridedKernel::kStreamed;
+  int lanes = 1;  // adjacent columns per thread (a pack with kPacked)
+};
+
+template <typename T, int kIn>
+StridedPlan PlanStridedOp(const ColumnArgs<T, kIn>& a) {
+  constexpr int kLanes = PackWidth(sizeof(T));
+  if (a.d > kStridedTy * kStridedCache) return {StridedKernel::kStreamed, 1};
+  // 16-byte packs of adjacent columns where inner is a multiple of the pack width, there is at
+  // least one full tile of columns and every operand is aligned to a pack (not for float64).
+  const uintptr_t bytes = sizeof(T) * kLanes;
+  bool packs = sizeof(T) != 8 && a.inner % kLanes == 0 && a.inner >= kStridedTx * kLanes &&
+               reinterpret_cast<uintptr_t>(a.out) % bytes == 0 &&
+               (a.out2 == nullptr || reinterpret_cast<uintptr_t>(a.out2) % bytes == 0);
+  for (int i = 0; i < kIn; ++i) packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % bytes == 0;
+  return packs ? StridedPlan{StridedKernel::kPacked, kLanes}
+               : StridedPlan{StridedKernel::kCached, 1};
+}
+
+// ---------------------------------------------------------------------------------------
+// Descriptions, as `key=value` words (the plan log and rownorm.explain parse and print them).
+
+inline const char* TierName(RowTier t) {
+  switch (t) {
+    case RowTier::kGroup: return "group";
+    case RowTier::kCta: return "cta";
+    case RowTier::kCluster: return "cluster";
+    case RowTier::kStreaming: return "streaming";
+  }
+  return "?";
+}
+
+inline std::string Describe(const RowPlan& p) {
+  std::string s =
+      "path=rows tier=" + std::string(TierName(p.tier)) + " vec=" + std::to_string(p.vec);
+  if (p.tier == RowTier::kGroup) s += " lanes_per_row=" + std::to_string(p.width);
+  s += " threads=" + std::to_string(p.threads);
+  if (p.tier == RowTier::kCluster) s += " cluster=" + std::to_string(p.cluster);
+  if (p.tier != RowTier::kStreaming) s += " packs=" + std::to_string(p.packs);
+  return s;
+}
+
+inline std::string Describe(const FusedSumPlan& f) {
+  return Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
+}
+
+inline std::string Describe(const StridedPlan& p) {
+  const char* kernel = p.kernel == StridedKernel::kPacked   ? "packed"
+                       : p.kernel == StridedKernel::kCached ? "cached"
+                                                            : "streamed";
+  return std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
+         " threads=" + std::to_string(kStridedTx * kStridedTy);
+}
+
+}  // namespace rownorm

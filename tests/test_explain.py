@@ -1,0 +1,286 @@
+"""rownorm.explain, the tier table behind it (rownorm::plan_row_tier) and ROWNORM_LOG_PLAN.
+
+The expected tiers are derived from the table itself, through properties the table documents
+(src/kernels/common/plan.h): the configuration chosen for n holds the row; the plan changes
+only at powers of two, where the smaller configuration is exactly full; the 16-bit table is the
+fp32 one at twice the lengths (it is written in 16-byte packs). On a GPU, explain must then give
+the table's plan at every such edge and one past it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import rownorm
+import torch
+from utils import HAS_CUDA, cuda_only
+
+EXPLAINED_OPS = ("l1_normalize", "rms_norm", "add_rms_norm", "layer_norm", "softmax", "log_softmax")
+PARAM_OPS = ("rms_norm", "add_rms_norm", "layer_norm")
+TIER_ORDER = ("group", "cta", "cluster", "streaming")
+MAX_LOG2 = 21  # past the largest cached configuration of every element size
+
+
+def table(n: int, elem_size: int, clusters: bool = True, wide: bool = True) -> dict[str, str]:
+    raw = torch.ops.rownorm.plan_row_tier(n, elem_size, clusters, wide)
+    words = dict(w.split("=", 1) for w in raw.split())
+    del words["rows"], words["n"]
+    return words
+
+
+def capacity(plan: dict[str, str]) -> float:
+    """Elements a configuration holds in registers (streaming: any number)."""
+    if plan["tier"] == "streaming":
+        return float("inf")
+    per_row = int(plan.get("lanes_per_row", plan["threads"])) * int(plan.get("cluster", 1))
+    return per_row * int(plan["packs"]) * int(plan["vec"])
+
+
+def tier_edges(elem_size: int, clusters: bool, wide: bool) -> list[int]:
+    """The lengths n where the table's plan for n + 1 differs from the plan for n."""
+    return [
+        1 << k
+        for k in range(MAX_LOG2)
+        if table(1 << k, elem_size, clusters, wide)
+        != table((1 << k) + 1, elem_size, clusters, wide)
+    ]
+
+
+TABLES = [
+    pytest.param(
+        e, c, w, id=f"{e}B-{'clusters' if c else 'noclusters'}-{'wide' if w else 'narrow'}"
+    )
+    for e in (2, 4)
+    for c in (True, False)
+    for w in (True, False)
+]
+
+
+# ---- the table (CPU: no GPU needed) ----
+
+
+@pytest.mark.parametrize(("elem_size", "clusters", "wide"), TABLES)
+def test_table_edges_are_full_configurations(elem_size, clusters, wide):
+    edges = tier_edges(elem_size, clusters, wide)
+    assert edges, "the table never changes plan"
+    for k in range(MAX_LOG2):
+        lo, hi = (1 << k) + 1, 1 << (k + 1)
+        # Between consecutive powers of two the plan is constant: every edge is a power of two.
+        assert table(lo, elem_size, clusters, wide) == table(hi, elem_size, clusters, wide), (
+            lo,
+            hi,
+        )
+    for m in edges:
+        below, above = table(m, elem_size, clusters, wide), table(m + 1, elem_size, clusters, wide)
+        assert capacity(below) == m, f"edge {m}: {below} is not exactly full"
+        assert capacity(above) > m
+        assert TIER_ORDER.index(below["tier"]) <= TIER_ORDER.index(above["tier"])
+    assert table(1 << MAX_LOG2, elem_size, clusters, wide)["tier"] == "streaming"
+
+
+@pytest.mark.parametrize(("elem_size", "clusters", "wide"), TABLES)
+def test_table_plan_holds_the_row(elem_size, clusters, wide):
+    vec = 16 // elem_size
+    for k in range(MAX_LOG2):
+        for n in {1 << k, (1 << k) + 1, 3 << k}:
+            plan = table(n, elem_size, clusters, wide)
+            assert int(plan["vec"]) == vec
+            assert capacity(plan) >= n, (n, plan)
+            if plan["tier"] == "cluster":
+                assert clusters, (n, plan)
+            if plan["tier"] != "streaming" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
+                assert wide, f"512 threads x 8 packs planned for a narrow op: {n}, {plan}"
+
+
+@pytest.mark.parametrize("clusters", [True, False])
+@pytest.mark.parametrize("wide", [True, False])
+def test_table_is_written_in_packs(clusters, wide):
+    fp32 = tier_edges(4, clusters, wide)
+    half = tier_edges(2, clusters, wide)
+    # The same edges in packs, but for the fp32 group of 4 lanes: a group is at least 4 lanes
+    # and at least one pack (8 16-bit elements) wide, so 16-bit groups start at 8 lanes.
+    assert half == [2 * m for m in fp32 if table(m, 4, clusters, wide).get("lanes_per_row") != "4"]
+
+
+def test_table_float64_streams():
+    for n in (1, 64, 4096, 1 << 20):
+        plan = table(n, 8)
+        assert plan["tier"] == "streaming" and plan["vec"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [((0, 4), "n must be >= 1, got 0"), ((16, 3), "elem_size must be 2, 4 or 8")],
+)
+def test_table_bad_arguments(args, match):
+    with pytest.raises(RuntimeError, match=match):
+        torch.ops.rownorm.plan_row_tier(*args)
+
+
+# ---- explain on the CPU, and its arguments ----
+
+
+@pytest.mark.parametrize("op", EXPLAINED_OPS)
+def test_explain_cpu(op):
+    x = torch.randn(3, 4, 5)
+    dim = -1 if op == "add_rms_norm" else 1
+    plan = rownorm.explain(x, op, dim)
+    assert plan.path == "cpu" and plan.tier is None
+    assert (plan.rows, plan.n) == ((12, 5) if op == "add_rms_norm" else (15, 4))
+    assert (plan.op, plan.device, plan.dtype, plan.backward) == (op, "cpu", x.dtype, False)
+    assert "CPU" in str(plan) and op in str(plan)
+    if op in PARAM_OPS:
+        bwd = rownorm.explain(x, op, dim, backward=True, param_grads=True)
+        assert bwd.path == "cpu" and bwd.backward
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(op="rms"), "op must be one of l1_normalize, rms_norm.*got 'rms'"),
+        (dict(op="rms_norm", dim=2), r"dim must be in \[-2, 1\] for a 2-d x, got 2"),
+        (dict(op="add_rms_norm", dim=0), "add_rms_norm normalizes the last dim only"),
+        (dict(op="rms_norm", param_grads=True), "param_grads=True needs backward=True"),
+        (dict(op="softmax", backward=True, param_grads=True), "an op with parameters"),
+    ],
+)
+def test_explain_bad_arguments(kwargs, match):
+    with pytest.raises(RuntimeError, match=match):
+        rownorm.explain(torch.randn(2, 8), **kwargs)
+
+
+def test_explain_bad_input():
+    with pytest.raises(RuntimeError, match="x must be float32, float16, bfloat16 or float64"):
+        rownorm.explain(torch.ones(2, 8, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="at least one dimension"):
+        rownorm.explain(torch.tensor(1.0))
+
+
+def _logged(code: str) -> list[str]:
+    env = dict(os.environ, ROWNORM_LOG_PLAN="1")
+    run = subprocess.run(
+        [sys.executable, "-c", f"import rownorm, torch\n{code}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return [line for line in run.stderr.splitlines() if line.startswith("rownorm: ")]
+
+
+def test_log_plan_cpu():
+    lines = _logged("rownorm.rms_norm(torch.randn(3, 8), dim=-1)")
+    assert lines == ["rownorm: rms_norm: rows=3 n=8 path=cpu"]
+
+
+# ---- explain on a GPU: the table's plan at every edge ----
+
+
+def _gpu_table_args(op: str, backward: bool) -> tuple[bool, bool]:
+    """(clusters, wide) the launcher plans with: clusters on sm_90+ unless
+    ROWNORM_DISABLE_CLUSTERS; wide unless the op sets kWideCluster = false (the LayerNorm
+    backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh, rms_norm.cuh)."""
+    clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
+        "ROWNORM_DISABLE_CLUSTERS", "0"
+    ) in ("", "0")
+    wide = not (backward and op in ("layer_norm", "add_rms_norm"))
+    return clusters, wide
+
+
+def _row_words(plan: rownorm.Plan) -> dict[str, str]:
+    words = dict(w.split("=", 1) for w in plan.raw.split())
+    for key in ("rows", "n", "param_grads", "chunks"):
+        words.pop(key, None)
+    return words
+
+
+@cuda_only
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("op", EXPLAINED_OPS)
+def test_explain_follows_the_table(op, dtype, backward):
+    elem = torch.empty((), dtype=dtype).element_size()
+    clusters, wide = _gpu_table_args(op, backward)
+    edges = tier_edges(elem, clusters, wide)
+    for m in edges:
+        for n in (m, m + 1):
+            plan = rownorm.explain(
+                torch.randn(2, n, dtype=dtype, device="cuda"), op, -1, backward=backward
+            )
+            assert plan.path == "rows" and (plan.rows, plan.n) == (2, n)
+            assert _row_words(plan) == table(n, elem, clusters, wide), (op, n, plan.raw)
+    # ... so the tier changes exactly at the edges.
+    tiers = [
+        rownorm.explain(torch.randn(1, m + d, dtype=dtype, device="cuda"), op, backward=backward)
+        for m in edges
+        for d in (0, 1)
+    ]
+    for below, above in zip(tiers[::2], tiers[1::2], strict=True):
+        assert _row_words(below) != _row_words(above)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("op", PARAM_OPS)
+def test_explain_param_grads(op, dtype):
+    elem = torch.empty((), dtype=dtype).element_size()
+    clusters, wide = _gpu_table_args(op, True)
+    sums = 2 if op == "layer_norm" else 1
+    for m in tier_edges(elem, clusters, wide):
+        plan = rownorm.explain(
+            torch.randn(40, m, dtype=dtype, device="cuda"), op, backward=True, param_grads=True
+        )
+        row = table(m, elem, clusters, wide)
+        # The fused path where the table gives a 4-pack CTA (one sum) or a 4-pack group of 16+.
+        fused = row["packs"] == "4" and (
+            (row["tier"] == "cta" and sums == 1)
+            or (row["tier"] == "group" and int(row["lanes_per_row"]) >= 16)
+        )
+        assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
+        if fused:
+            assert plan.chunks >= 1
+        else:
+            assert _row_words(plan) == row
+
+
+@cuda_only
+def test_explain_misaligned_and_strided():
+    x = torch.randn(4, 257, device="cuda", dtype=torch.bfloat16)[:, 1:]  # rows of 256, offset 1
+    plan = rownorm.explain(x, "rms_norm")
+    assert (plan.tier, plan.vec) == ("streaming", 1)
+    x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16)
+    assert (rownorm.explain(x, "rms_norm", 1).path, rownorm.explain(x, "rms_norm", 1).kernel) == (
+        "strided",
+        "packed",
+    )
+    assert (
+        rownorm.explain(torch.randn(4, 65, 256, device="cuda"), "rms_norm", 1).kernel == "streamed"
+    )
+    assert rownorm.explain(torch.empty(0, 8, device="cuda"), "softmax").path == "empty"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_log_plan_matches_explain():
+    code = (
+        "x = torch.randn(6, 4096, device='cuda', dtype=torch.bfloat16)\n"
+        "rownorm.rms_norm(x)\n"
+        "print(rownorm.explain(x, 'rms_norm').raw)\n"
+    )
+    env = dict(os.environ, ROWNORM_LOG_PLAN="1")
+    run = subprocess.run(
+        [sys.executable, "-c", f"import rownorm, torch\n{code}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: rms_norm:")]
+    assert len(logged) == 1
+    words = dict(w.split("=", 1) for w in logged[0].split(": ", 2)[2].split())
+    assert words == dict(w.split("=", 1) for w in run.stdout.split())
