@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import tempfile
 import traceback
 
@@ -40,11 +41,12 @@ DTYPE = torch.float32  # fp32 is enough: the rules do not depend on the dtype
 
 def _placement_cases(op) -> list[tuple[int, str]]:
     """(dim, placement) pairs of an op: Replicate, Shard of each non-reduced dim, Shard of the
-    reduced dim; reducing the last dim and (where the op allows) the middle one, given as -2."""
+    reduced dim, Partial; reducing the last dim and (where the op allows) the middle one, given
+    as -2."""
     dims = (-1,) if op.last_dim_only else (-1, -2)
     cases = []
     for dim in dims:
-        cases.append((dim, "R"))
+        cases += [(dim, "R"), (dim, "P")]
         cases += [(dim, f"S{d}") for d in range(len(SHAPE))]
     return cases
 
@@ -59,16 +61,33 @@ MODEL_CASES = [f"{mode}/{how}" for mode in ("fsdp2", "tp_sp") for how in ("eager
 
 
 def _placement(text: str):
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Partial, Replicate, Shard
 
-    return Replicate() if text == "R" else Shard(int(text[1:]))
+    return {"R": Replicate(), "P": Partial()}.get(text) or Shard(int(text[1:]))
 
 
-def _expected_row_placement(pl, dim: int):
-    """The placement of the row outputs: x's, or Replicate where x was sharded on dim."""
-    from torch.distributed.tensor import Replicate, Shard
+def _check_row_placement(actual, pl, dim: int, what: str) -> None:
+    """The placement of a row output: x's; Replicate where x was sharded on the reduced dim
+    (DTensor gathers the rows first); where x was Partial, whatever DTensor reduced it to
+    (all-reduce or reduce-scatter), provided the rows are whole on each rank."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
 
-    return Replicate() if isinstance(pl, Shard) and pl.dim == dim % len(SHAPE) else pl
+    reduced = dim % len(SHAPE)
+    if isinstance(pl, Partial):
+        ok = actual == Replicate() or (isinstance(actual, Shard) and actual.dim != reduced)
+        assert ok, f"{what}: {actual}, from a Partial x"
+        return
+    expected = Replicate() if isinstance(pl, Shard) and pl.dim == reduced else pl
+    assert actual == expected, f"{what}: {actual}, expected {expected}"
+
+
+def _distribute(t, mesh, pl):
+    """``t`` with placement ``pl``; Partial: each rank holds t / WORLD (exact for WORLD = 2)."""
+    from torch.distributed.tensor import DTensor, Partial, distribute_tensor
+
+    if isinstance(pl, Partial):
+        return DTensor.from_local(t / WORLD, mesh, [pl], run_check=False)
+    return distribute_tensor(t, mesh, [pl])
 
 
 def _close(actual, expected, what: str) -> None:
@@ -78,39 +97,40 @@ def _close(actual, expected, what: str) -> None:
 def _check_op_case(mesh, case: str) -> None:
     """One op, one dim, one placement: the forward op, the backward op (every parameter
     gradient, and none) and autograd through the public function, against one process."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
+    from torch.distributed.tensor import DTensor, Partial, Replicate
 
     op_id, dim_text, pl_text = case.split("/")
     op, dim, pl = OPS[op_id], int(dim_text.removeprefix("dim=")), _placement(pl_text)
-    row_pl = _expected_row_placement(pl, dim)
     gen = torch.Generator().manual_seed(0)  # the same full tensors on both ranks
     inp = op.make_inputs(SHAPE, dim, DTYPE, "cpu", gen)
 
     def spread(name, t):
-        return distribute_tensor(t, mesh, [Replicate() if name in op.params else pl])
+        return _distribute(t, mesh, Replicate() if name in op.params else pl)
 
     dinp = {k: spread(k, v) for k, v in inp.items()}
 
     # The forward op.
     outs, douts = op.raw(inp, dim), op.raw(dinp, dim)
     dys = [torch.randn(o.shape, generator=gen) for o in outs]
-    ddys = [distribute_tensor(dy, mesh, [pl]) for dy in dys]
+    ddys = [_distribute(dy, mesh, pl) for dy in dys]
     for i, (o, do) in enumerate(zip(outs, douts, strict=True)):
         assert isinstance(do, DTensor), f"output {i} is a {type(do).__name__}"
-        assert do.placements == (row_pl,), f"output {i}: {do.placements}, expected {row_pl}"
+        assert do.placements == douts[0].placements, f"output {i}: {do.placements}"
+        _check_row_placement(do.placements[0], pl, dim, f"output {i}")
         _close(do.full_tensor(), o, f"output {i}")
 
     # The backward op, asking for every parameter gradient and then for none.
-    partial_or_rep = Partial("sum") if row_pl != Replicate() else Replicate()
     for want in (frozenset(op.params), frozenset()):
         grads = op.raw_backward(dys, inp, dim, outs, want, every=True)
         dgrads = op.raw_backward(ddys, dinp, dim, douts, want, every=True)
+        row_pl = dgrads["x"].placements[0]
+        _check_row_placement(row_pl, pl, dim, f"{sorted(want)}: dx")
         for name, g in grads.items():
             dg = dgrads[name]
             if name in op.row_inputs:
                 expected_pl = row_pl
-            elif name in want:
-                expected_pl = partial_or_rep
+            elif name in want:  # a sum over rows: partial where the rows are sharded
+                expected_pl = Replicate() if row_pl == Replicate() else Partial("sum")
             else:
                 expected_pl = Replicate()  # the (0,) placeholder of a gradient not requested
             assert dg.placements == (expected_pl,), (
@@ -124,9 +144,7 @@ def _check_op_case(mesh, case: str) -> None:
     names = list(leaves)
     ref = torch.autograd.grad(op.call(leaves, dim), [leaves[k] for k in names], dys)
     douts = op.call(dleaves, dim)
-    ddys = [
-        distribute_tensor(dy, mesh, list(do.placements)) for dy, do in zip(dys, douts, strict=True)
-    ]
+    ddys = [_distribute(dy, mesh, do.placements[0]) for dy, do in zip(dys, douts, strict=True)]
     got = torch.autograd.grad(douts, [dleaves[k] for k in names], ddys)
     for name, g, dg in zip(names, ref, got, strict=True):
         _close(dg.full_tensor(), g, f"autograd d{name}")
@@ -262,6 +280,9 @@ def _worker(rank: int, init_file: str, out_file: str) -> None:
         with open(out_file, "w") as f:
             json.dump(merged, f)
     dist.destroy_process_group()
+    # Everything is written: skip the interpreter's teardown of torch (seconds per process).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # ---- the tests ------------------------------------------------------------------------------

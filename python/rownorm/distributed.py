@@ -16,7 +16,8 @@ One rule serves every op; it reads what it needs from the op's schema:
 
 Anything else is redistributed by DTensor first, as for torch's own layer_norm and softmax: a
 row tensor sharded on the reduced dim is all-gathered (the result is replicated), a Partial
-input is reduced. There is no rule that computes a row's statistic across ranks.
+input is reduced (all-reduced, or reduce-scattered onto a row shard, whichever DTensor finds
+cheaper). No rule computes a row's statistic across ranks.
 
 Importing ``torch.distributed.tensor`` takes a second or more, so ``import rownorm`` does not:
 :func:`install` registers the rules at once if DTensor is already imported, and otherwise as
