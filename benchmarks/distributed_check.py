@@ -210,6 +210,7 @@ def train(cfg, norm: str, mode: str, compiled: bool, mesh, device, dtype, batch)
     model = build(cfg, norm, device, dtype)
     compile_fn = None
     if compiled:
+        torch._dynamo.reset()  # every compiled run compiles its own model from scratch
         compile_fn = lambda m: torch.compile(m, fullgraph=True, backend=cfg.backend)  # noqa: E731
     if mode == "fsdp2":
         model = apply_fsdp2(model, mesh, compile_fn)
@@ -272,6 +273,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor "
                    "on cuda, aot_eager on cpu, which needs no C++ compiler)")  # fmt: skip
     p.add_argument("--norms", default="rownorm,torch", help="comma list of rownorm,torch")
+    p.add_argument("--modes", default="single,fsdp2,tp_sp",
+                   help="comma list of single,fsdp2,tp_sp (single eager always runs: the "
+                   "reference)")  # fmt: skip
     p.add_argument("--dim", type=int, default=None)
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -280,6 +284,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--lr", type=float, default=1e-3)
     a = p.parse_args(argv)
+    a.modes, a.norms = a.modes.split(","), a.norms.split(",")
+    if not set(a.modes) <= {"single", "fsdp2", "tp_sp"}:
+        p.error(f"--modes: single, fsdp2 or tp_sp, got {a.modes}")
+    if not set(a.norms) <= set(NORMS):
+        p.error(f"--norms: {', '.join(NORMS)}, got {a.norms}")
     gpu = a.device == "cuda"
     defaults = {
         "dtype": "bf16" if gpu else "fp32",
@@ -325,33 +334,39 @@ def main(argv=None) -> int:
     batch = (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
 
     rows, failed = [], False
-    modes = ("single", "fsdp2", "tp_sp")
-    for norm in cfg.norms.split(","):
+    # The single-device eager run first: the reference of the others.
+    runs = [("single", False)] + [
+        (mode, compiled)
+        for compiled in ((False,) if cfg.no_compile else (False, True))
+        for mode in cfg.modes
+        if (mode, compiled) != ("single", False)
+    ]
+    for norm in cfg.norms:
         ref = None
-        for compiled in (False,) if cfg.no_compile else (False, True):
-            for mode in modes:
-                name = f"{mode}/{norm}/{'compiled' if compiled else 'eager'}"
-                row = {"mode": mode, "norm": norm, "compiled": compiled}
-                try:
-                    result = train(cfg, norm, mode, compiled, mesh, device, dtype, batch)
-                    times = result[2][cfg.warmup :]
-                    row["step_ms"] = 1e3 * sum(times) / len(times)
-                    row["losses"] = result[0]
-                    if ref is None:  # the first run: single device, eager
-                        ref = result
-                    row |= compare(ref, result, tol)
-                except Exception as e:  # recorded in the summary; the exit status says it
-                    row |= {"ok": False, "error": f"{type(e).__name__}: {e}"}
-                    if rank == 0:
-                        traceback.print_exc()
-                # The unpatched model is there for its step times (and as a control of the
-                # tolerance); only rownorm's runs decide the exit status.
-                failed |= norm == "rownorm" and not row["ok"]
-                rows.append(row)
-                if rank == 0:  # rewritten after every run: a run cut short leaves what it did
-                    print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'losses'})}",
-                          flush=True)  # fmt: skip
-                    write_summary(cfg, rows, tol, device, world)
+        for mode, compiled in runs:
+            name = f"{mode}/{norm}/{'compiled' if compiled else 'eager'}"
+            row = {"mode": mode, "norm": norm, "compiled": compiled}
+            try:
+                if ref is None and (mode, compiled) != runs[0]:
+                    raise RuntimeError("no reference: the single-device eager run failed")
+                result = train(cfg, norm, mode, compiled, mesh, device, dtype, batch)
+                times = result[2][cfg.warmup :]
+                row["step_ms"] = 1e3 * sum(times) / len(times)
+                row["losses"] = result[0]
+                ref = result if ref is None else ref
+                row |= compare(ref, result, tol)
+            except Exception as e:  # recorded in the summary; the exit status says it
+                row |= {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                if rank == 0:
+                    traceback.print_exc()
+            # The unpatched model is there for its step times (and as a control of the
+            # tolerance); only rownorm's runs decide the exit status.
+            failed |= norm == "rownorm" and not row["ok"]
+            rows.append(row)
+            if rank == 0:  # rewritten after every run: a run cut short leaves what it did
+                print(f"{name}: {json.dumps({k: v for k, v in row.items() if k != 'losses'})}",
+                      flush=True)  # fmt: skip
+                write_summary(cfg, rows, tol, device, world)
     dist.destroy_process_group()
     return 1 if failed else 0
 
@@ -387,7 +402,7 @@ def write_summary(cfg, rows, tol, device, world) -> None:
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['mode']} | {r['norm']} | {r['compiled']} | | | | "
-                         f"ERROR: {r['error'][:300].replace('|', '/')} |")  # fmt: skip
+                     f"ERROR: {r['error'][:300].replace('|', '/')} |")  # fmt: skip
             continue
         lines.append(
             f"| {r['mode']} | {r['norm']} | {r['compiled']} | {r['step_ms']:.2f} | "
