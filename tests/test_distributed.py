@@ -164,16 +164,19 @@ class _Block(torch.nn.Module):
 
 
 class _Tiny(torch.nn.Module):
+    """Two blocks (RMSNorm), an AddRMSNorm of their outputs, a LayerNorm, a linear head."""
+
     def __init__(self, d: int = 16) -> None:
         super().__init__()
         self.blocks = torch.nn.ModuleList([_Block(d), _Block(d)])
+        self.add_norm = rownorm.nn.AddRMSNorm(d)
         self.norm = rownorm.nn.LayerNorm(d)
         self.head = torch.nn.Linear(d, d, bias=False)
 
     def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
+        h1 = self.blocks[0](x)
+        y, r = self.add_norm(self.blocks[1](h1), h1)
+        return self.head(self.norm(y + r))
 
 
 def _tiny_reference(x, target):
@@ -234,6 +237,8 @@ def _check_model_case(mesh, case: str) -> None:
                                                     use_local_output=False),
             }  # fmt: skip
         plan |= {
+            # torch's SequenceParallel takes one input; rownorm's takes (x, residual).
+            "add_norm": rownorm.distributed.SequenceParallel(),
             "norm": SequenceParallel(),
             "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
         }

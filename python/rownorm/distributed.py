@@ -19,6 +19,9 @@ row tensor sharded on the reduced dim is all-gathered (the result is replicated)
 input is reduced (all-reduced, or reduce-scattered onto a row shard, whichever DTensor finds
 cheaper). No rule computes a row's statistic across ranks.
 
+:class:`SequenceParallel` (made on first use) is torch's tensor-parallel style of that name for
+modules of several row inputs and outputs (``rownorm.nn.AddRMSNorm``).
+
 Importing ``torch.distributed.tensor`` takes a second or more, so ``import rownorm`` does not:
 :func:`install` registers the rules at once if DTensor is already imported, and otherwise as
 soon as it is (every DTensor user imports it before making a DTensor).
@@ -26,6 +29,7 @@ soon as it is (every DTensor user imports it before making a DTensor).
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import sys
@@ -205,6 +209,47 @@ def install() -> None:
     elif _hook is None:
         _hook = _AfterImport()
         sys.meta_path.insert(0, _hook)
+
+
+def __getattr__(name: str):
+    # SequenceParallel subclasses a torch.distributed.tensor class: made on first use.
+    if name == "SequenceParallel":
+        return _sequence_parallel()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _sequence_parallel() -> type:
+    from torch.distributed.tensor.parallel import SequenceParallel as TorchSequenceParallel
+
+    class SequenceParallel(TorchSequenceParallel):
+        """torch's ``SequenceParallel`` for a norm module of several row inputs and outputs.
+
+        torch's style shards the first input only and expects one output; this one shards
+        every tensor input on the sequence dim (``rownorm.nn.AddRMSNorm(x, residual)``) and
+        treats every output of a tuple alike (its ``(out, x + residual)``). Parameters are
+        replicated as by torch's. For one-input modules (RMSNorm, LayerNorm) it is torch's.
+        """
+
+        @staticmethod
+        def _prepare_input_fn(sequence_sharding, mod, inputs, device_mesh):
+            prepare = TorchSequenceParallel._prepare_input_fn
+            return tuple(
+                prepare(sequence_sharding, mod, (t,), device_mesh)
+                if isinstance(t, torch.Tensor)
+                else t
+                for t in inputs
+            )
+
+        @staticmethod
+        def _prepare_output_fn(use_local_output, mod, outputs, device_mesh):
+            prepare = TorchSequenceParallel._prepare_output_fn
+            if isinstance(outputs, tuple):
+                return tuple(prepare(use_local_output, mod, o, device_mesh) for o in outputs)
+            return prepare(use_local_output, mod, outputs, device_mesh)
+
+    SequenceParallel.__module__ = __name__
+    return SequenceParallel
 
 
 install()
