@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
+import warnings
 
 import torch
 
@@ -173,6 +174,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)
         try:
             spec = importlib.util.find_spec(name)
+        except Exception:  # the normal import path reports it
+            return None
         finally:
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -182,10 +185,23 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_then_register(module):
             exec_module(module)
             _uninstall_hook()
-            register_sharding_rules()
+            _register_or_warn()
 
         spec.loader.exec_module = exec_then_register
         return spec
+
+
+def _register_or_warn() -> None:
+    # Never break torch's import or rownorm's over the rules: say what is missing instead.
+    try:
+        register_sharding_rules()
+    except Exception as e:
+        warnings.warn(
+            f"rownorm: the DTensor sharding rules of the rownorm ops were not registered "
+            f"({type(e).__name__}: {e}); the rownorm ops will not accept DTensor inputs",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 _hook: _AfterImport | None = None
@@ -205,7 +221,7 @@ def install() -> None:
     if not torch.distributed.is_available():
         return
     if _DTENSOR_MODULE in sys.modules:
-        register_sharding_rules()
+        _register_or_warn()
     elif _hook is None:
         _hook = _AfterImport()
         sys.meta_path.insert(0, _hook)
