@@ -9,8 +9,9 @@ from rownorm._loader import build_info, load_library, package_version
 
 _LIBRARY_PATH = load_library()
 
-# Importing ops registers the fakes and autograd formulas of the ops just loaded.
-from rownorm import nn, ops, reference  # noqa: E402,F401
+# Importing ops registers the fakes and autograd formulas of the ops just loaded; importing
+# distributed, their DTensor sharding rules once torch.distributed.tensor is imported.
+from rownorm import distributed, nn, ops, reference  # noqa: E402,F401
 from rownorm.diagnostics import Plan, explain  # noqa: E402
 from rownorm.functional import (  # noqa: E402
     add_rms_norm,
