@@ -20,6 +20,7 @@ one id per op (or op family) and device, their cases iterated inside.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import rownorm
@@ -267,6 +268,31 @@ def test_layer_norm_constant_rows(device):
                 check_forward(OPS["layer_norm"], {"x": x}, -1, what=f"c={c}")
 
 
+def test_layer_norm_constant_rows_inexact_sum(device):
+    """Constant rows whose Σx/n rounds (float32 on CUDA, float64 on both): y = 0 and
+    dx = (dy − mean dy)/sqrt(eps) as in torch's F.layer_norm (x − μ = 0 exactly; all NaN for
+    eps = 0), not the ±1 that a mean off by one rounding gives (x − μ = ±δ, var = δ² ≫ eps).
+    Lengths reach the group, CTA and cluster tiers. (dx from the formula: torch's own float64
+    backward computes x·r − μ·r, which cancels catastrophically at |x| = 1e20.)"""
+    cases = [(0.1, 0.0), (0.1, 1e-5), (1e20, 1e-5), (-3.3e4, 1e-5), (12345.678, 0.0)]
+    for (c, eps), dtype, n in itertools.product(
+        cases, (torch.float32, torch.float64), (7, 1000, 4097, 40000)
+    ):
+        what = f"c={c} eps={eps} {dtype_id(dtype)} n={n}"
+        x = torch.full((3, n), c, dtype=dtype, device=device)
+        dy = randn(x.shape, dtype, device)
+        leaf = x.clone().requires_grad_(True)
+        y = rownorm.layer_norm(leaf, eps=eps)
+        (dx,) = torch.autograd.grad(y, leaf, dy)
+        if eps == 0:
+            assert torch.isnan(y).all() and torch.isnan(dx).all(), what
+            continue
+        assert torch.count_nonzero(y) == 0, f"{what}: max |y| = {y.abs().max().item()}"
+        dy64 = dy.double()
+        dx_ref = (dy64 - dy64.mean(-1, keepdim=True)) / eps**0.5
+        assert_matches(dx, dx_ref.to(dtype), magnitude=dy64.abs() / eps**0.5, dim=-1, what=what)
+
+
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
 def test_default_eps_is_torchs(device, op_id):
     """eps=None is F.rms_norm's / torch.nn.RMSNorm's default: the machine epsilon of the
@@ -282,11 +308,6 @@ def test_default_eps_is_torchs(device, op_id):
             assert_matches(got, expected, dim=-1, what="module")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the clamp max(s, eps) of l1/l2_normalize drops a NaN s: a row holding a NaN comes "
-    "out finite (x / eps) where F.normalize gives NaN (found by test_properties)",
-)
 @pytest.mark.parametrize("op_id", ["l2_normalize", "l1"])
 def test_normalize_propagates_nan(device, op_id):
     """A NaN in a row makes the whole row NaN, as in F.normalize; the other rows are finite."""
