@@ -18,10 +18,10 @@ Tensor L2NormalizeCpu(Tensor x, int64_t dim, double eps) {
   Tensor y = NewOutput(x);
   if (x.numel() == 0) return y;
   const Tensor xc = Contiguous(x);
-  const ColumnShape s = ColumnShapeOf(xc, dim);
+  const StridedShape s = StridedShapeOf(xc, dim);
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    const ColumnArgs<T, 1> args{{ConstPtr<T>(xc)}, MutPtr<T>(y), s.outer, s.d, s.inner};
+    const StridedArgs<T, 1> args{{ConstPtr<T>(xc)}, MutPtr<T>(y), s.outer, s.d, s.inner};
     ParallelRows(s.outer * s.inner, s.d,
                  [&](int64_t begin, int64_t end) { L2NormalizeFwdCpu<T>(args, eps, begin, end); });
   });
@@ -36,10 +36,10 @@ Tensor L2NormalizeBackwardCpu(Tensor grad, Tensor x, int64_t dim, double eps) {
   if (x.numel() == 0) return dx;
   const Tensor xc = Contiguous(x);
   const Tensor gc = Contiguous(grad);
-  const ColumnShape s = ColumnShapeOf(xc, dim);
+  const StridedShape s = StridedShapeOf(xc, dim);
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    const ColumnArgs<T, 2> args{
+    const StridedArgs<T, 2> args{
         {ConstPtr<T>(xc), ConstPtr<T>(gc)}, MutPtr<T>(dx), s.outer, s.d, s.inner};
     ParallelRows(s.outer * s.inner, s.d,
                  [&](int64_t begin, int64_t end) { L2NormalizeBwdCpu<T>(args, eps, begin, end); });
@@ -67,8 +67,8 @@ Tensor L2NormalizeCuda(Tensor x, int64_t dim, double eps) {
           {ConstPtr<T>(xc)}, {xv.row_stride}, MutPtr<T>(y), xv.n, xv.rows, xv.n};
       CheckLaunch(kFwd, L2NormalizeFwd<T>(args, eps, stream));
     } else {
-      const ColumnShape s = ColumnShapeOf(xc, dim);
-      const ColumnArgs<T, 1> args{{ConstPtr<T>(xc)}, MutPtr<T>(y), s.outer, s.d, s.inner};
+      const StridedShape s = StridedShapeOf(xc, dim);
+      const StridedArgs<T, 1> args{{ConstPtr<T>(xc)}, MutPtr<T>(y), s.outer, s.d, s.inner};
       CheckLaunch(kFwd, L2NormalizeFwdColumns<T>(args, eps, stream));
     }
   });
@@ -104,8 +104,8 @@ Tensor L2NormalizeBackwardCuda(Tensor grad, Tensor x, int64_t dim, double eps) {
                                xv.n};
       CheckLaunch(kBwd, L2NormalizeBwd<T>(args, eps, stream));
     } else {
-      const ColumnShape s = ColumnShapeOf(xcol, dim);
-      const ColumnArgs<T, 2> args{
+      const StridedShape s = StridedShapeOf(xcol, dim);
+      const StridedArgs<T, 2> args{
           {ConstPtr<T>(xcol), ConstPtr<T>(gcol)}, MutPtr<T>(dx), s.outer, s.d, s.inner};
       CheckLaunch(kBwd, L2NormalizeBwdColumns<T>(args, eps, stream));
     }

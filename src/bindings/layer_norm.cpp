@@ -23,7 +23,7 @@ Tensor LayerNorm(Tensor x, std::optional<Tensor> weight, std::optional<Tensor> b
     using T = decltype(tag);
     DispatchParam<T>(pt, [&](auto wtag) {
       using W = decltype(wtag);
-      RunOp<T>(kOp, p, y, nullptr, [&](auto acc) {
+      RunOp<T>(kOp, p, {y}, [&](auto acc) {
         using Acc = decltype(acc);
         return LayerNormFwdOp<T, Acc, W>{static_cast<Acc>(eps), ParamPtr<W>(w), ParamPtr<W>(b)};
       });
@@ -69,7 +69,7 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x,
       using T = decltype(tag);
       DispatchParam<T>(pt, [&](auto wtag) {
         using W = decltype(wtag);
-        RunOp<T>(kOp, p, dx, nullptr, [&](auto acc) {
+        RunOp<T>(kOp, p, {dx}, [&](auto acc) {
           using Acc = decltype(acc);
           Acc* s = stats_needed ? static_cast<Acc*>(stats.data_ptr()) : nullptr;
           return LayerNormBwdOp<T, Acc, W>{static_cast<Acc>(eps), ParamPtr<W>(w), s};

@@ -13,8 +13,8 @@ cudaError_t L2NormalizeFwd(const RowArgs<T, 1>& args, double eps, cudaStream_t s
 }
 
 template <typename T>
-cudaError_t L2NormalizeFwdColumns(const ColumnArgs<T, 1>& args, double eps, cudaStream_t stream) {
-  return LaunchColumnOp(args, L2NormalizeFwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
+cudaError_t L2NormalizeFwdColumns(const StridedArgs<T, 1>& args, double eps, cudaStream_t stream) {
+  return LaunchStridedOp(args, L2NormalizeFwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
 }
 
 template <typename T>
@@ -23,15 +23,15 @@ cudaError_t L2NormalizeBwd(const RowArgs<T, 2>& args, double eps, cudaStream_t s
 }
 
 template <typename T>
-cudaError_t L2NormalizeBwdColumns(const ColumnArgs<T, 2>& args, double eps, cudaStream_t stream) {
-  return LaunchColumnOp(args, L2NormalizeBwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
+cudaError_t L2NormalizeBwdColumns(const StridedArgs<T, 2>& args, double eps, cudaStream_t stream) {
+  return LaunchStridedOp(args, L2NormalizeBwdOp<AccType<T>>{static_cast<AccType<T>>(eps)}, stream);
 }
 
-#define ROWNORM_INSTANTIATE(T)                                                                  \
-  template cudaError_t L2NormalizeFwd<T>(const RowArgs<T, 1>&, double, cudaStream_t);           \
-  template cudaError_t L2NormalizeFwdColumns<T>(const ColumnArgs<T, 1>&, double, cudaStream_t); \
-  template cudaError_t L2NormalizeBwd<T>(const RowArgs<T, 2>&, double, cudaStream_t);           \
-  template cudaError_t L2NormalizeBwdColumns<T>(const ColumnArgs<T, 2>&, double, cudaStream_t);
+#define ROWNORM_INSTANTIATE(T)                                                                   \
+  template cudaError_t L2NormalizeFwd<T>(const RowArgs<T, 1>&, double, cudaStream_t);            \
+  template cudaError_t L2NormalizeFwdColumns<T>(const StridedArgs<T, 1>&, double, cudaStream_t); \
+  template cudaError_t L2NormalizeBwd<T>(const RowArgs<T, 2>&, double, cudaStream_t);            \
+  template cudaError_t L2NormalizeBwdColumns<T>(const StridedArgs<T, 2>&, double, cudaStream_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 

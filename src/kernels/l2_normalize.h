@@ -13,12 +13,12 @@ namespace rownorm {
 template <typename T>
 cudaError_t L2NormalizeFwd(const RowArgs<T, 1>& args, double eps, cudaStream_t stream);
 template <typename T>
-cudaError_t L2NormalizeFwdColumns(const ColumnArgs<T, 1>& args, double eps, cudaStream_t stream);
+cudaError_t L2NormalizeFwdColumns(const StridedArgs<T, 1>& args, double eps, cudaStream_t stream);
 
 // dx from x and dy row-wise: in = {x, dy}.
 template <typename T>
 cudaError_t L2NormalizeBwd(const RowArgs<T, 2>& args, double eps, cudaStream_t stream);
 template <typename T>
-cudaError_t L2NormalizeBwdColumns(const ColumnArgs<T, 2>& args, double eps, cudaStream_t stream);
+cudaError_t L2NormalizeBwdColumns(const StridedArgs<T, 2>& args, double eps, cudaStream_t stream);
 
 }  // namespace rownorm

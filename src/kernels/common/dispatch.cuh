@@ -60,21 +60,30 @@ inline cudaError_t GetDeviceInfo(DeviceInfo* info) {
   return err;
 }
 
-// The widest pack width w (elements, power of two, <= 16 bytes) at which every operand's
-// rows start at the same address mod w elements: base offsets and row strides congruent
-// mod w. Then one head/tail split (computed from operand 0) serves all operands.
-template <typename T, int kIn>
-int RowVecWidth(const RowArgs<T, kIn>& a) {
-  for (int w = MaxPackWidth(sizeof(T)); w > 1; w /= 2) {
-    auto phase = [w](const void* p) {
-      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % w);
+// The widest pack width w (elements, power of two, a pack of either element type <= 16 bytes)
+// at which every operand's rows start at the same element phase mod w: base offsets (in
+// elements of the operand's own type, so inputs and outputs of different widths compare by
+// their byte phase mod a pack) and row strides congruent mod w. Then one head/tail split
+// (computed from input 0) serves all operands.
+template <class Args>
+int RowVecWidth(const Args& a) {
+  for (int w = Args::kPackWidth; w > 1; w /= 2) {
+    auto phase = [w](const void* p, size_t elem) {
+      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / elem) % w);
     };
     auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
-    const int64_t p0 = phase(a.out);
-    const int64_t s0 = stride_phase(a.out_stride);
+    constexpr size_t kInBytes = sizeof(typename Args::InElem);
+    constexpr size_t kOutBytes = sizeof(typename Args::OutElem);
+    const int64_t p0 = phase(a.out[0], kOutBytes);
+    const int64_t s0 = stride_phase(a.out_stride[0]);
     bool ok = true;
-    for (int i = 0; i < kIn; ++i) {
-      ok = ok && phase(a.in[i]) == p0 && (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
+    for (int j = 0; j < Args::kNumOut; ++j) {
+      ok = ok && phase(a.out[j], kOutBytes) == p0 &&
+           (a.rows == 1 || stride_phase(a.out_stride[j]) == s0);
+    }
+    for (int i = 0; i < Args::kNumIn; ++i) {
+      ok = ok && phase(a.in[i], kInBytes) == p0 &&
+           (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
     }
     if (ok) return w;
   }
@@ -154,21 +163,11 @@ inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
-// Whether Op runs on the 512-thread x 8-pack configurations (the wide CTA and the wide
-// cluster; 128 registers per thread): ops whose body needs more than that with 8 packs of
-// every input cached opt out with `static constexpr bool kWideCluster = false;` and run those
-// rows on 256-thread clusters or streaming instead of spilling.
-template <class Op, class = void>
-struct WideClusterOk : std::true_type {};
-template <class Op>
-struct WideClusterOk<Op, std::void_t<decltype(Op::kWideCluster)>>
-    : std::bool_constant<Op::kWideCluster> {};
-
 // Launches one cluster configuration; returns cudaErrorNotSupported (launching nothing)
 // when the device cannot co-schedule such a cluster.
-template <class Op, typename T, int kVec, int kThreads, int kCluster, int kVecs = kClusterVecs>
-cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  auto kernel = ClusterRowKernel<Op, T, kVec, kVecs, kThreads, kCluster>;
+template <class Op, class Args, int kVec, int kThreads, int kCluster, int kVecs = kClusterVecs>
+cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
+  auto kernel = ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> schedulable[kMaxDevices];  // 0 unknown, 1 yes, 2 no
   int device = 0;
@@ -206,94 +205,94 @@ cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStr
   return cudaLaunchKernelEx(&cfg, kernel, a, op);
 }
 
-template <class Op, typename T, int kVec>
-cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  StreamingRowKernel<Op, T, kVec, kStreamingThreads>
+template <class Op, class Args, int kVec>
+cudaError_t LaunchStreamingRow(const Args& a, const Op& op, cudaStream_t stream) {
+  StreamingRowKernel<Op, Args, kVec, kStreamingThreads>
       <<<GridFor(a.rows), kStreamingThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
-template <class Op, typename T, int kWidth, int kVecs = kGroupVecs>
-cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+template <class Op, class Args, int kWidth, int kVecs = kGroupVecs>
+cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = Args::kPackWidth;
   constexpr int kCtaThreads = 128;
   if constexpr (kWidth < kVec) {
     return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
   } else {
     constexpr int kRowsPerCta = kCtaThreads / kWidth;
-    GroupRowKernel<Op, T, kVec, kVecs, kWidth, kCtaThreads>
+    GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kCtaThreads>
         <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kCtaThreads, 0, stream>>>(a, op);
     return cudaGetLastError();
   }
 }
 
-template <class Op, typename T, int kThreads, int kVecs = kCtaVecs>
-cudaError_t LaunchCtaRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  CtaRowKernel<Op, T, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
+cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = Args::kPackWidth;
+  CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
 // Runs `op` on every row of `a` on `stream` (the caller has made the device current).
-template <class Op, typename T>
-cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+template <class Op, class Args>
+cudaError_t LaunchRowOp(const Args& a, const Op& op, cudaStream_t stream) {
   if (a.rows == 0 || a.n == 0) return cudaSuccess;
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+  constexpr int kVec = Args::kPackWidth;
   const int vec = RowVecWidth(a);
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<typename Args::InElem, double>) {
     // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
-    return vec == kVec ? LaunchStreamingRow<Op, T, kVec>(a, op, stream)
-                       : LaunchStreamingRow<Op, T, 1>(a, op, stream);
+    return vec == kVec ? LaunchStreamingRow<Op, Args, kVec>(a, op, stream)
+                       : LaunchStreamingRow<Op, Args, 1>(a, op, stream);
   } else {
-    if (vec != kVec) return LaunchStreamingRow<Op, T, 1>(a, op, stream);
+    if (vec != kVec) return LaunchStreamingRow<Op, Args, 1>(a, op, stream);
     DeviceInfo dev;
     cudaError_t err = GetDeviceInfo(&dev);
     if (err != cudaSuccess) return err;
-    RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters, WideClusterOk<Op>::value);
+    RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters, OpTraits<Op>::kWideCluster);
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
-          case 4: return LaunchGroupRow<Op, T, 4>(a, op, stream);
-          case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
-          case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
+          case 4: return LaunchGroupRow<Op, Args, 4>(a, op, stream);
+          case 8: return LaunchGroupRow<Op, Args, 8>(a, op, stream);
+          case 16: return LaunchGroupRow<Op, Args, 16>(a, op, stream);
           default:
             return plan.packs == kWideGroupVecs
-                       ? LaunchGroupRow<Op, T, 32, kWideGroupVecs>(a, op, stream)
-                       : LaunchGroupRow<Op, T, 32>(a, op, stream);
+                       ? LaunchGroupRow<Op, Args, 32, kWideGroupVecs>(a, op, stream)
+                       : LaunchGroupRow<Op, Args, 32>(a, op, stream);
         }
       case RowTier::kCta:
         switch (plan.threads) {
-          case 128: return LaunchCtaRow<Op, T, 128>(a, op, stream);
-          case 256: return LaunchCtaRow<Op, T, 256>(a, op, stream);
+          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, stream);
+          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, stream);
           default:
-            if constexpr (WideClusterOk<Op>::value) {
+            if constexpr (OpTraits<Op>::kWideCluster) {
               if (plan.packs == kWideCtaVecs) {
-                return LaunchCtaRow<Op, T, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
+                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
               }
             }
-            return LaunchCtaRow<Op, T, 512>(a, op, stream);
+            return LaunchCtaRow<Op, Args, 512>(a, op, stream);
         }
       case RowTier::kCluster: {
         constexpr int kT = kClusterThreads;
-        if constexpr (WideClusterOk<Op>::value) {
+        if constexpr (OpTraits<Op>::kWideCluster) {
           if (plan.threads == kWideClusterThreads) {
-            err = LaunchClusterRow<Op, T, kVec, kWideClusterThreads, 16>(a, op, stream);
+            err = LaunchClusterRow<Op, Args, kVec, kWideClusterThreads, 16>(a, op, stream);
             if (err != cudaErrorNotSupported) return err;
-            return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+            return LaunchStreamingRow<Op, Args, kVec>(a, op, stream);
           }
         }
         switch (plan.cluster) {
-          case 2: err = LaunchClusterRow<Op, T, kVec, kT, 2>(a, op, stream); break;
-          case 4: err = LaunchClusterRow<Op, T, kVec, kT, 4>(a, op, stream); break;
-          case 8: err = LaunchClusterRow<Op, T, kVec, kT, 8>(a, op, stream); break;
-          default: err = LaunchClusterRow<Op, T, kVec, kT, 16>(a, op, stream);
+          case 2: err = LaunchClusterRow<Op, Args, kVec, kT, 2>(a, op, stream); break;
+          case 4: err = LaunchClusterRow<Op, Args, kVec, kT, 4>(a, op, stream); break;
+          case 8: err = LaunchClusterRow<Op, Args, kVec, kT, 8>(a, op, stream); break;
+          default: err = LaunchClusterRow<Op, Args, kVec, kT, 16>(a, op, stream);
         }
         if (err != cudaErrorNotSupported) return err;
-        return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+        return LaunchStreamingRow<Op, Args, kVec>(a, op, stream);
       }
       case RowTier::kStreaming: break;
     }
-    return LaunchStreamingRow<Op, T, kVec>(a, op, stream);
+    return LaunchStreamingRow<Op, Args, kVec>(a, op, stream);
   }
 }
 
@@ -312,15 +311,18 @@ constexpr int kGroupCtaThreads = 128;
 constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
 
 // The plan of the fused path for `a`, or a plan of tier kStreaming where it does not apply.
-template <class Op, typename T>
-RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+template <class Op, class Args>
+RowPlan FusedPlan(const Args& a) {
+  constexpr int kVec = Args::kPackWidth;
   const RowPlan none{RowTier::kStreaming};
-  if (std::is_same_v<T, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0) return none;
-  for (int i = 0; i < Op::kIn; ++i) {
+  if (std::is_same_v<typename Args::InElem, double> || a.rows == 0 || a.n == 0 || a.n % kVec != 0)
+    return none;
+  for (int i = 0; i < Args::kNumIn; ++i) {
     if (reinterpret_cast<uintptr_t>(a.in[i]) % 16 != 0 || a.in_stride[i] % kVec != 0) return none;
   }
-  if (reinterpret_cast<uintptr_t>(a.out) % 16 != 0) return none;
+  for (int j = 0; j < Args::kNumOut; ++j) {
+    if (reinterpret_cast<uintptr_t>(a.out[j]) % 16 != 0 || a.out_stride[j] % kVec != 0) return none;
+  }
   DeviceInfo dev;
   if (GetDeviceInfo(&dev) != cudaSuccess) return none;
   const RowPlan plan = PlanRowTier(a.n, kVec, dev.clusters);
@@ -329,14 +331,15 @@ RowPlan FusedPlan(const RowArgs<T, Op::kIn>& a) {
   // (N=4096: 80 against 57; 8192: 78 / 57) and on groups of 16+ lanes (N=1024: 77 / 58; with 8
   // lanes, N=256: 55 / 58); two sums (LayerNorm) on groups of 16+ lanes only (N=1024: 64 / 57;
   // on the CTA tier, N=4096: 52 / 58, N=8192: 42 / 57).
-  if (plan.tier == RowTier::kCta && plan.packs == kCtaVecs && Op::kColumnSums == 1) return plan;
+  if (plan.tier == RowTier::kCta && plan.packs == kCtaVecs && OpTraits<Op>::kColumnSums == 1)
+    return plan;
   if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) return plan;
   return none;
 }
 
 // The number of chunk partials the fused path writes for `a`, or 0 where it does not apply.
-template <class Op, typename T>
-int64_t FusedColumnSumChunks(const RowArgs<T, Op::kIn>& a) {
+template <class Op, class Args>
+int64_t FusedColumnSumChunks(const Args& a) {
   const RowPlan plan = FusedPlan<Op>(a);
   if (plan.tier == RowTier::kCta) return (a.rows + kFusedChunkRows - 1) / kFusedChunkRows;
   if (plan.tier == RowTier::kGroup) {
@@ -347,15 +350,15 @@ int64_t FusedColumnSumChunks(const RowArgs<T, Op::kIn>& a) {
   return 0;
 }
 
-template <class Op, typename T, int kWidth>
-cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+template <class Op, class Args, int kWidth>
+cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                                cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+  constexpr int kVec = Args::kPackWidth;
   if constexpr (kWidth < kVec) {
     return cudaErrorInvalidValue;  // never planned: a group is at least one pack wide
   } else {
     constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
-    GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
+    GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
         <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op,
                                                                                      partial);
     return cudaGetLastError();
@@ -363,23 +366,23 @@ cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccTy
 }
 
 // Runs `op` on every row of `a` and writes its column sums as FusedColumnSumChunks(a) chunk
-// partials to `partial` (Op::kColumnSums x chunks x n accumulators).
-template <class Op, typename T>
-cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+// partials to `partial` (OpTraits<Op>::kColumnSums x chunks x n accumulators).
+template <class Op, class Args>
+cudaError_t LaunchRowSumOp(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                            cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  if constexpr (std::is_same_v<T, double>) {
+  constexpr int kVec = Args::kPackWidth;
+  if constexpr (std::is_same_v<typename Args::InElem, double>) {
     return cudaErrorNotSupported;
   } else {
     const RowPlan plan = FusedPlan<Op>(a);
     if (plan.tier == RowTier::kGroup) {
       switch (plan.width) {  // FusedPlan: groups of 16+ lanes
-        case 16: return LaunchGroupRowSums<Op, T, 16>(a, op, partial, stream);
-        case 32: return LaunchGroupRowSums<Op, T, 32>(a, op, partial, stream);
+        case 16: return LaunchGroupRowSums<Op, Args, 16>(a, op, partial, stream);
+        case 32: return LaunchGroupRowSums<Op, Args, 32>(a, op, partial, stream);
         default: return cudaErrorNotSupported;
       }
     }
-    if constexpr (Op::kColumnSums == 1) {  // FusedPlan: the CTA tier only with one sum
+    if constexpr (OpTraits<Op>::kColumnSums == 1) {  // FusedPlan: the CTA tier only with one sum
       if (plan.tier != RowTier::kCta) return cudaErrorNotSupported;
       const unsigned grid = GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows);
       // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
@@ -389,16 +392,16 @@ cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T
       // 77% / 70% against 74% / 65%).
       constexpr int kSumVecs = kFusedSumVecs;
       if (a.n <= int64_t{128} * kSumVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 128, kFusedChunkRows>
+        CtaRowSumsKernel<Op, Args, kVec, kSumVecs, 128, kFusedChunkRows>
             <<<grid, 128, 0, stream>>>(a, op, partial);
       } else if (a.n <= int64_t{256} * kSumVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kSumVecs, 256, kFusedChunkRows>
+        CtaRowSumsKernel<Op, Args, kVec, kSumVecs, 256, kFusedChunkRows>
             <<<grid, 256, 0, stream>>>(a, op, partial);
       } else if (a.n <= int64_t{256} * kCtaVecs * kVec) {
-        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 256, kFusedChunkRows>
+        CtaRowSumsKernel<Op, Args, kVec, kCtaVecs, 256, kFusedChunkRows>
             <<<grid, 256, 0, stream>>>(a, op, partial);
       } else {
-        CtaRowSumsKernel<Op, T, kVec, kCtaVecs, 512, kFusedChunkRows>
+        CtaRowSumsKernel<Op, Args, kVec, kCtaVecs, 512, kFusedChunkRows>
             <<<grid, 512, 0, stream>>>(a, op, partial);
       }
     } else {
@@ -408,43 +411,47 @@ cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T
   }
 }
 
-// Whether the vectorized column path applies: inner a multiple of the pack width, at least one
+// Whether the packed strided path applies: inner a multiple of the pack width, at least one
 // full tile of columns, every operand aligned to a pack.
-template <typename T, int kIn>
-bool ColumnPacksOk(const ColumnArgs<T, kIn>& a, int lanes, int tile_cols) {
-  const uintptr_t bytes = sizeof(T) * lanes;
-  bool ok = a.inner % lanes == 0 && a.inner >= tile_cols &&
-            reinterpret_cast<uintptr_t>(a.out) % bytes == 0 &&
-            (a.out2 == nullptr || reinterpret_cast<uintptr_t>(a.out2) % bytes == 0);
-  for (int i = 0; i < kIn; ++i) ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % bytes == 0;
+template <class Args>
+bool StridedPacksOk(const Args& a, int lanes, int tile_cols) {
+  const uintptr_t in_bytes = sizeof(typename Args::InElem) * lanes;
+  const uintptr_t out_bytes = sizeof(typename Args::OutElem) * lanes;
+  bool ok = a.inner % lanes == 0 && a.inner >= tile_cols;
+  for (int i = 0; i < Args::kNumIn; ++i) {
+    ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
+  }
+  for (int j = 0; j < Args::kNumOut; ++j) {
+    ok = ok && reinterpret_cast<uintptr_t>(a.out[j]) % out_bytes == 0;
+  }
   return ok;
 }
 
-// Runs `op` over dim d of contiguous (outer, d, inner) operands. Columns of up to 8 x 8 = 64
+// Runs `op` over dim d of contiguous (outer, d, inner) operands. Strided rows of up to 8 x 8 = 64
 // elements stay in registers (one read of the tensor): with 16-byte packs of adjacent columns
-// where inner and the alignment allow (ColumnPackKernel, 32 x 8 threads own a 64 x 128 fp32
+// where inner and the alignment allow (StridedPackKernel, 32 x 8 threads own a 64 x 128 fp32
 // tile), else one column per thread. Longer columns are read twice, the second time mostly
 // from L2 (a CTA's 32 x d tile is reused at once).
-template <class Op, typename T>
-cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+template <class Op, class Args>
+cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
   if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
   constexpr int kTx = 32;
   constexpr int kTy = 8;
   constexpr int kCache = 8;
   const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
-  if constexpr (!std::is_same_v<T, double>) {
-    constexpr int kLanes = MaxPackWidth(sizeof(T));
-    if (a.d <= kTy * kCache && ColumnPacksOk(a, kLanes, kTx * kLanes)) {
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {
+    constexpr int kLanes = Args::kPackWidth;
+    if (a.d <= kTy * kCache && StridedPacksOk(a, kLanes, kTx * kLanes)) {
       const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
-      ColumnPackKernel<Op, T, kTx, kTy, kCache, kLanes>
+      StridedPackKernel<Op, Args, kTx, kTy, kCache, kLanes>
           <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
       return cudaGetLastError();
     }
   }
   if (a.d <= kTy * kCache) {
-    ColumnKernel<Op, T, kTx, kTy, kCache><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+    StridedKernel<Op, Args, kTx, kTy, kCache><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
   } else {
-    ColumnKernel<Op, T, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+    StridedKernel<Op, Args, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
   }
   return cudaGetLastError();
 }

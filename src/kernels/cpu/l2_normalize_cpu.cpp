@@ -21,11 +21,11 @@ void Put(T* p, double v) {
 }  // namespace
 
 template <typename T>
-void L2NormalizeFwdCpu(const ColumnArgs<T, 1>& a, double eps, int64_t begin, int64_t end) {
+void L2NormalizeFwdCpu(const StridedArgs<T, 1>& a, double eps, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const int64_t base = (r / a.inner) * a.d * a.inner + r % a.inner;
     const T* x = a.in[0] + base;
-    T* y = a.out + base;
+    T* y = a.out[0] + base;
     double ss = 0;
     for (int64_t k = 0; k < a.d; ++k) ss += Load(x + k * a.inner) * Load(x + k * a.inner);
     const double inv = 1.0 / std::fmax(std::sqrt(ss), eps);
@@ -34,12 +34,12 @@ void L2NormalizeFwdCpu(const ColumnArgs<T, 1>& a, double eps, int64_t begin, int
 }
 
 template <typename T>
-void L2NormalizeBwdCpu(const ColumnArgs<T, 2>& a, double eps, int64_t begin, int64_t end) {
+void L2NormalizeBwdCpu(const StridedArgs<T, 2>& a, double eps, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const int64_t base = (r / a.inner) * a.d * a.inner + r % a.inner;
     const T* x = a.in[0] + base;
     const T* dy = a.in[1] + base;
-    T* dx = a.out + base;
+    T* dx = a.out[0] + base;
     double ss = 0;
     double dot = 0;
     for (int64_t k = 0; k < a.d; ++k) {
@@ -57,9 +57,9 @@ void L2NormalizeBwdCpu(const ColumnArgs<T, 2>& a, double eps, int64_t begin, int
   }
 }
 
-#define ROWNORM_INSTANTIATE(T)                                                           \
-  template void L2NormalizeFwdCpu<T>(const ColumnArgs<T, 1>&, double, int64_t, int64_t); \
-  template void L2NormalizeBwdCpu<T>(const ColumnArgs<T, 2>&, double, int64_t, int64_t);
+#define ROWNORM_INSTANTIATE(T)                                                            \
+  template void L2NormalizeFwdCpu<T>(const StridedArgs<T, 1>&, double, int64_t, int64_t); \
+  template void L2NormalizeBwdCpu<T>(const StridedArgs<T, 2>&, double, int64_t, int64_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 

@@ -12,10 +12,10 @@
 namespace rownorm {
 
 template <typename T>
-void L2NormalizeFwdCpu(const ColumnArgs<T, 1>& args, double eps, int64_t begin, int64_t end);
+void L2NormalizeFwdCpu(const StridedArgs<T, 1>& args, double eps, int64_t begin, int64_t end);
 
 // in = {x, dy}
 template <typename T>
-void L2NormalizeBwdCpu(const ColumnArgs<T, 2>& args, double eps, int64_t begin, int64_t end);
+void L2NormalizeBwdCpu(const StridedArgs<T, 2>& args, double eps, int64_t begin, int64_t end);
 
 }  // namespace rownorm
