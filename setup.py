@@ -242,6 +242,9 @@ ext = CUDAExtension(
     sources=_read_sources(),
     include_dirs=[str(ROOT / "src")],
     extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+    # A launcher declared in kernels/launch.h but never instantiated is a link error here, not
+    # an "undefined symbol" at import time (every other symbol resolves in torch and cudart).
+    extra_link_args=["-Wl,--no-undefined"],
     py_limited_api=True,
 )
 

@@ -18,7 +18,15 @@ import rownorm
 import torch
 from utils import HAS_CUDA, cuda_only
 
-EXPLAINED_OPS = ("l1_normalize", "rms_norm", "add_rms_norm", "layer_norm", "softmax", "log_softmax")
+EXPLAINED_OPS = (
+    "l2_normalize",
+    "l1_normalize",
+    "rms_norm",
+    "add_rms_norm",
+    "layer_norm",
+    "softmax",
+    "log_softmax",
+)
 PARAM_OPS = ("rms_norm", "add_rms_norm", "layer_norm")
 TIER_ORDER = ("group", "cta", "cluster", "streaming")
 MAX_LOG2 = 21  # past the largest cached configuration of every element size

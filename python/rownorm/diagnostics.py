@@ -119,8 +119,8 @@ def explain(
 
     Args:
         x: the input (float32, float16, bfloat16 or float64, any rank >= 1, CPU or CUDA).
-        op: ``l1_normalize``, ``rms_norm``, ``add_rms_norm``, ``layer_norm``, ``softmax`` or
-            ``log_softmax``.
+        op: ``l2_normalize``, ``l1_normalize``, ``rms_norm``, ``add_rms_norm``, ``layer_norm``,
+            ``softmax`` or ``log_softmax``.
         dim: the dimension reduced over (add_rms_norm: the last only).
         backward: plan the backward op instead of the forward.
         param_grads: with backward, for ops with parameters (rms_norm, add_rms_norm,

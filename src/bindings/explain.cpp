@@ -11,6 +11,7 @@
 
 #include "bindings/rowwise.h"
 #include "kernels/l1_normalize.cuh"
+#include "kernels/l2_normalize.cuh"
 #include "kernels/layer_norm.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/softmax.cuh"
@@ -20,21 +21,21 @@ namespace {
 
 constexpr const char* kName = "plan_info";
 constexpr const char* kOps =
-    "l1_normalize, rms_norm, add_rms_norm, layer_norm, softmax, log_softmax";
+    "l2_normalize, l1_normalize, rms_norm, add_rms_norm, layer_norm, softmax, log_softmax";
 
 // The op types of one op name for element type T (parameters of x's dtype): Fwd, Bwd, and
-// whether the op reduces any dim (kColumns) and has fused parameter gradients (kSums).
-template <class FwdOp, class BwdOp, bool kColumnsOk, bool kSumsOk>
+// whether the op reduces any dim (kStrided) and has fused parameter gradients (kSums).
+template <class FwdOp, class BwdOp, bool kStridedOk, bool kSumsOk>
 struct OpTypes {
   using Fwd = FwdOp;
   using Bwd = BwdOp;
-  static constexpr bool kColumns = kColumnsOk;
+  static constexpr bool kStrided = kStridedOk;
   static constexpr bool kSums = kSumsOk;
 };
 
 // Plans `Op` for x and kIn - 1 other operands that are new contiguous tensors like x (a grad
 // from autograd, a residual), writing into a new output, as the op's binding would.
-template <class Op, bool kColumns, bool kSums>
+template <class Op, bool kStrided, bool kSums>
 std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   using T = typename Op::Elem;
   constexpr int kIn = Op::kIn;
@@ -42,16 +43,19 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   ins[0] = x;
   for (int i = 1; i < kIn; ++i) ins[i] = NewLike(x);
   const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
-  const Tensor out = NewLike(x);
+  constexpr int kOut = OpTraits<Op>::kOut;
+  using TOut = OpOutElem<Op>;
+  Tensor outs[kOut];
+  for (Tensor& o : outs) o = NewLike(x, DtypeOf<TOut>());
   const std::string size =
       " rows=" + std::to_string(p.outer * p.inner) + " n=" + std::to_string(p.d);
   const std::string two_pass = param_grads ? " param_grads=two-pass" : "";
-  if (!p.rows) {
-    ROWNORM_CHECK(kColumns, kName, ": internal error: the op reduces the last dim only");
-    const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, nullptr);
+  if (!p.row_tiers) {
+    ROWNORM_CHECK(kStrided, kName, ": internal error: the op reduces the last dim only");
+    const StridedArgsFor<Op> a = StridedArgsOf<T, TOut>(p, outs);
     return Describe(PlanStridedOp(a)) + size + two_pass;
   }
-  const RowArgs<T, kIn> a = RowArgsOf<T>(p, out, nullptr);
+  const RowArgsFor<Op> a = RowArgsOf<T, TOut>(p, outs);
   if constexpr (kSums && !std::is_same_v<T, double>) {
     if (param_grads) {
       // The fused path runs Op itself (its Acc is float, as for every T but double).
@@ -68,7 +72,9 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
 template <typename T, class F>
 void WithOpTypes(const std::string& op, F&& f) {
   using Acc = AccType<T>;
-  if (op == "l1_normalize") {
+  if (op == "l2_normalize") {
+    f(OpTypes<L2NormalizeFwdOp<T, Acc>, L2NormalizeBwdOp<T, Acc>, true, false>{});
+  } else if (op == "l1_normalize") {
     f(OpTypes<L1NormalizeFwdOp<T, Acc>, L1NormalizeBwdOp<T, Acc>, true, false>{});
   } else if (op == "rms_norm") {
     f(OpTypes<RmsNormFwdOp<T, Acc, T>, RmsNormBwdOp<T, Acc, T, 2>, true, true>{});
@@ -95,7 +101,7 @@ std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool 
                 ": param_grads=True needs backward=True and an op with parameters (rms_norm, "
                 "add_rms_norm, layer_norm), got op='",
                 op, "', backward=", backward ? "True" : "False");
-  const ColumnShape s = ColumnShapeOf(x, dim);
+  const StridedShape s = StridedShapeOf(x, dim);
   const std::string size =
       " rows=" + std::to_string(s.outer * s.inner) + " n=" + std::to_string(s.d);
   if (!x.is_cuda()) return "path=cpu" + size;
@@ -106,9 +112,9 @@ std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool 
     using T = decltype(tag);
     WithOpTypes<T>(op, [&](auto types) {
       using Types = decltype(types);
-      text = backward ? DescribeOp<typename Types::Bwd, Types::kColumns, Types::kSums>(x, dim,
+      text = backward ? DescribeOp<typename Types::Bwd, Types::kStrided, Types::kSums>(x, dim,
                                                                                        param_grads)
-                      : DescribeOp<typename Types::Fwd, Types::kColumns, false>(x, dim, false);
+                      : DescribeOp<typename Types::Fwd, Types::kStrided, false>(x, dim, false);
     });
   });
   return text;

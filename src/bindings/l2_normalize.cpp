@@ -17,7 +17,7 @@ Tensor L2Normalize(Tensor x, int64_t dim, double eps) {
   const Problem<1> p = MakeProblem<1>({x}, dim);
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    RunOp<T>(kFwd, p, y, nullptr, [&](auto acc) {
+    RunOp<T>(kFwd, p, {y}, [&](auto acc) {
       using Acc = decltype(acc);
       return L2NormalizeFwdOp<T, Acc>{static_cast<Acc>(eps)};
     });
@@ -35,7 +35,7 @@ Tensor L2NormalizeBackward(Tensor grad, Tensor x, int64_t dim, double eps) {
   const Problem<2> p = MakeProblem<2>({x, grad}, dim);
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    RunOp<T>(kBwd, p, dx, nullptr, [&](auto acc) {
+    RunOp<T>(kBwd, p, {dx}, [&](auto acc) {
       using Acc = decltype(acc);
       return L2NormalizeBwdOp<T, Acc>{static_cast<Acc>(eps)};
     });

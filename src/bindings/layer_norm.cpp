@@ -23,7 +23,7 @@ Tensor LayerNorm(Tensor x, std::optional<Tensor> weight, std::optional<Tensor> b
     using T = decltype(tag);
     DispatchParam<T>(pt, [&](auto wtag) {
       using W = decltype(wtag);
-      RunOp<T>(kOp, p, y, nullptr, [&](auto acc) {
+      RunOp<T>(kOp, p, {y}, [&](auto acc) {
         using Acc = decltype(acc);
         return LayerNormFwdOp<T, Acc, W>{static_cast<Acc>(eps), ParamPtr<W>(w), ParamPtr<W>(b)};
       });

@@ -33,7 +33,7 @@ Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optiona
     using T = decltype(tag);
     DispatchParam<T>(pt, [&](auto wtag) {
       using W = decltype(wtag);
-      RunOp<T>(kOp, p, y, nullptr, [&](auto acc) {
+      RunOp<T>(kOp, p, {y}, [&](auto acc) {
         using Acc = decltype(acc);
         return RmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
       });
@@ -100,7 +100,7 @@ std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<T
     using T = decltype(tag);
     DispatchParam<T>(pt, [&](auto wtag) {
       using W = decltype(wtag);
-      RunOp<T, false>(kOp, p, y, &h, [&](auto acc) {
+      RunOp<T, false>(kOp, p, {y, h}, [&](auto acc) {
         using Acc = decltype(acc);
         return AddRmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
       });

@@ -3,8 +3,11 @@
 // (outer, d, inner) operands on the CPU), and the launch on the tensor's device and stream.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <array>
 #include <optional>
+#include <type_traits>
 
 #include "bindings/utils.h"
 #include "kernels/common/args.h"
@@ -15,7 +18,7 @@
 namespace rownorm {
 
 // Same-shaped operands of one op, seen as (outer, d, inner) with element strides per operand.
-// `rows`: every operand is row-viewable (the row tiers apply, inner == 1).
+// `row_tiers`: every operand is row-viewable (the row tiers apply, inner == 1).
 template <int kIn>
 struct Problem {
   std::array<Tensor, kIn> in;  // the tensors the kernels read (copies where one was needed)
@@ -23,7 +26,7 @@ struct Problem {
   int64_t outer = 1;
   int64_t d = 1;
   int64_t inner = 1;
-  bool rows = false;
+  bool row_tiers = false;
   bool cuda = false;
 };
 
@@ -42,7 +45,7 @@ Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
     }
     if (all) {
       p.in = ins;
-      p.rows = true;
+      p.row_tiers = true;
       p.outer = views[0].rows;
       p.d = views[0].n;
       for (int i = 0; i < kIn; ++i) {
@@ -54,76 +57,105 @@ Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
     }
   }
   for (int i = 0; i < kIn; ++i) p.in[i] = Contiguous(ins[i]);
-  const ColumnShape s = ColumnShapeOf(p.in[0], dim);
+  const StridedShape s = StridedShapeOf(p.in[0], dim);
   p.outer = s.outer;
   p.d = s.d;
   p.inner = s.inner;
-  p.rows = p.cuda && s.inner == 1;
+  p.row_tiers = p.cuda && s.inner == 1;
   for (int i = 0; i < kIn; ++i) {
     p.stride[i][0] = s.d * s.inner;
     p.stride[i][1] = s.inner;
-    p.stride[i][2] = p.rows ? 0 : 1;
+    p.stride[i][2] = p.row_tiers ? 0 : 1;
   }
   return p;
 }
 
-// The row-tier arguments of a problem with p.rows (outputs: new contiguous tensors).
-template <typename T, int kIn>
-RowArgs<T, kIn> RowArgsOf(const Problem<kIn>& p, const Tensor& out, const Tensor* out2) {
-  RowArgs<T, kIn> a{};
+// The dtype of kernel element type T.
+template <typename T>
+constexpr ScalarType DtypeOf() {
+  if constexpr (std::is_same_v<T, float>) {
+    return ScalarType::Float;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return ScalarType::Double;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return ScalarType::Half;
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    return ScalarType::Float8_e4m3fn;
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) {
+    return ScalarType::Float8_e5m2;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "no dtype for this element type");
+    return ScalarType::BFloat16;
+  }
+}
+
+// The row-tier arguments of a problem with p.row_tiers; outputs are new contiguous tensors.
+template <typename TIn, typename TOut, int kIn, int kOut>
+RowArgs<TIn, kIn, TOut, kOut> RowArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
+  RowArgs<TIn, kIn, TOut, kOut> a{};
   for (int i = 0; i < kIn; ++i) {
-    a.in[i] = ConstPtr<T>(p.in[i]);
+    a.in[i] = ConstPtr<TIn>(p.in[i]);
     a.in_stride[i] = p.stride[i][0];
   }
-  a.out = MutPtr<T>(out);
-  a.out_stride = p.d;
+  for (int j = 0; j < kOut; ++j) {
+    a.out[j] = MutPtr<TOut>(outs[j]);
+    a.out_stride[j] = p.d;
+  }
   a.rows = p.outer;
   a.n = p.d;
-  a.out2 = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
-  a.out2_stride = p.d;
   return a;
 }
 
 // The (outer, d, inner) arguments of a problem of contiguous operands (the CPU rows and the
 // strided-dim path).
-template <typename T, int kIn>
-ColumnArgs<T, kIn> ColumnArgsOf(const Problem<kIn>& p, const Tensor& out, const Tensor* out2) {
-  ColumnArgs<T, kIn> a{};
-  for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<T>(p.in[i]);
-  a.out = MutPtr<T>(out);
+template <typename TIn, typename TOut, int kIn, int kOut>
+StridedArgs<TIn, kIn, TOut, kOut> StridedArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
+  StridedArgs<TIn, kIn, TOut, kOut> a{};
+  for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<TIn>(p.in[i]);
+  for (int j = 0; j < kOut; ++j) a.out[j] = MutPtr<TOut>(outs[j]);
   a.outer = p.outer;
   a.d = p.d;
   a.inner = p.inner;
-  a.out2 = out2 != nullptr ? MutPtr<T>(*out2) : nullptr;
   return a;
 }
 
 // Runs the op made by `make(acc)` (acc: a value of the accumulator type to use; the CPU
-// accumulates in double) over the problem, writing the new contiguous `out` (and `out2`).
-// kColumns = false for ops only instantiated on the row tiers (last-dim ops).
-template <typename T, bool kColumns = true, int kIn, class MakeOp>
-void RunOp(const char* name, const Problem<kIn>& p, const Tensor& out, const Tensor* out2,
-           MakeOp make) {
+// accumulates in double) over the problem, writing the op's outputs `outs` (new contiguous
+// tensors of the problem's shape in the op's output dtype, in the op's output order). T is the
+// inputs' element type; kStrided = false for ops only instantiated on the row tiers (last-dim
+// ops).
+template <typename T, bool kStrided = true, int kIn, int kOut, class MakeOp>
+void RunOp(const char* name, const Problem<kIn>& p, const Tensor (&outs)[kOut], MakeOp make) {
+  using Op = decltype(make(AccType<T>{}));
+  using TOut = OpOutElem<Op>;
+  static_assert(std::is_same_v<typename Op::Elem, T> && Op::kIn == kIn,
+                "the op's inputs are not the problem's");
+  static_assert(OpTraits<Op>::kOut == kOut, "pass one tensor per output of the op");
+  for (int j = 0; j < kOut; ++j) {
+    ROWNORM_CHECK(outs[j].scalar_type() == DtypeOf<TOut>(), name, ": internal error: output ", j,
+                  " is ", DtypeName(outs[j].scalar_type()), ", the kernel writes ",
+                  DtypeName(DtypeOf<TOut>()));
+  }
   if (!p.cuda) {
-    const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, out2);
+    const StridedArgs<T, kIn, TOut, kOut> a = StridedArgsOf<T, TOut>(p, outs);
     const auto op = make(double{});
     LogPlan(name, p.outer * p.inner, p.d, [] { return std::string("path=cpu"); });
     ParallelRows(p.outer * p.inner, p.d,
                  [&](int64_t begin, int64_t end) { RunRowsCpu(a, op, begin, end); });
     return;
   }
-  const cudaStream_t stream = CurrentCudaStream(out);
-  const auto op = make(AccType<T>{});
-  if (p.rows) {
-    const RowArgs<T, kIn> a = RowArgsOf<T>(p, out, out2);
+  const cudaStream_t stream = CurrentCudaStream(outs[0]);
+  const Op op = make(AccType<T>{});
+  if (p.row_tiers) {
+    const RowArgsFor<Op> a = RowArgsOf<T, TOut>(p, outs);
     RowPlan plan;
-    CheckPlan(name, PlanRows<std::decay_t<decltype(op)>>(a, &plan));
+    CheckPlan(name, PlanRows<Op>(a, &plan));
     LogPlan(name, a.rows, a.n, [&] { return Describe(plan); });
     CheckLaunch(name, LaunchRows(a, op, plan, stream));
-  } else if constexpr (kColumns) {
-    const ColumnArgs<T, kIn> a = ColumnArgsOf<T>(p, out, out2);
+  } else if constexpr (kStrided) {
+    const StridedArgsFor<Op> a = StridedArgsOf<T, TOut>(p, outs);
     LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(PlanStridedOp(a)); });
-    CheckLaunch(name, LaunchColumns(a, op, stream));
+    CheckLaunch(name, LaunchStrided(a, op, stream));
   } else {
     ROWNORM_CHECK(false, name, ": internal error: no strided-dim kernel for this op");
   }
@@ -140,8 +172,11 @@ class DeviceScope {
   std::optional<torch::stable::accelerator::DeviceGuard> guard_;
 };
 
-// A new contiguous tensor of x's shape and dtype.
+// A new contiguous tensor of x's shape and dtype (or `dtype`): an op's output.
 inline Tensor NewLike(const Tensor& x) { return torch::stable::new_empty(x, x.sizes()); }
+inline Tensor NewLike(const Tensor& x, ScalarType dtype) {
+  return torch::stable::new_empty(x, x.sizes(), dtype);
+}
 
 inline bool Is16Bit(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
 
@@ -154,8 +189,7 @@ inline ScalarType ParamDtype(const Tensor& x, std::initializer_list<const Tensor
   return Is16Bit(x.scalar_type()) ? ScalarType::Float : x.scalar_type();
 }
 
-// Checks an optional parameter (weight, bias) of shape (x.size(dim),) and returns it
-// contiguous in `dtype`.
+// Checks an optional parameter (weight, bias): floating, of shape (x.size(dim),), on x's device.
 inline void CheckParam(const char* op, const char* name, const std::optional<Tensor>& p,
                        const Tensor& x, int64_t dim) {
   if (!p.has_value()) return;
@@ -168,6 +202,7 @@ inline void CheckParam(const char* op, const char* name, const std::optional<Ten
                 w.is_cuda() ? "cuda:" + std::to_string(w.get_device_index()) : "cpu");
 }
 
+// The parameter contiguous in `dtype` (nothing when absent).
 inline std::optional<Tensor> ParamAs(const std::optional<Tensor>& p, ScalarType dtype) {
   if (!p.has_value()) return std::nullopt;
   Tensor t = p->scalar_type() == dtype ? *p : torch::stable::to(*p, dtype);
@@ -211,15 +246,14 @@ template <class Op, int kIn>
 std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
                                                      const Tensor& dx, const Op& op, bool want_w,
                                                      bool want_b) {
-  using T = typename Op::Elem;
-  if (!p.cuda || !p.rows) return std::nullopt;
-  const RowArgs<T, kIn> a = RowArgsOf<T>(p, dx, nullptr);
+  if (!p.cuda || !p.row_tiers) return std::nullopt;
+  const RowArgsFor<Op> a = RowArgsOf<typename Op::Elem, OpOutElem<Op>>(p, {dx});
   std::optional<FusedSumPlan> plan;
   CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
   if (!plan.has_value()) return std::nullopt;
   LogPlan(name, a.rows, a.n, [&] { return Describe(*plan); });
-  Tensor partial =
-      torch::stable::new_empty(dx, {Op::kColumnSums * plan->chunks * p.d}, ScalarType::Float);
+  Tensor partial = torch::stable::new_empty(dx, {OpTraits<Op>::kColumnSums * plan->chunks * p.d},
+                                            ScalarType::Float);
   Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, ScalarType::Float);
   Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, ScalarType::Float);
   const cudaStream_t stream = CurrentCudaStream(dx);
@@ -292,8 +326,8 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
 // path, one pass writes dx and the column sums; otherwise the backward op saves per-row
 // statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{}, Acc{}, stats)` returns
 // the backward op for element type T, parameter type W and accumulator Acc, saving its
-// statistics to `stats` (an Acc*, nullptr: none). kColumns as in RunOp.
-template <bool kColumns, int kIn, class MakeOp>
+// statistics to `stats` (an Acc*, nullptr: none). kStrided as in RunOp.
+template <bool kStrided, int kIn, class MakeOp>
 std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, const Tensor& dx,
                                    ScalarType param_dtype, bool want_w, bool want_b, MakeOp make) {
   const Tensor& x = p.in[0];
@@ -317,7 +351,7 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
     DispatchFloating(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       DispatchParam<T>(param_dtype, [&](auto wtag) {
-        RunOp<T, kColumns>(name, p, dx, nullptr, [&](auto acc) {
+        RunOp<T, kStrided>(name, p, {dx}, [&](auto acc) {
           using Acc = decltype(acc);
           return make(tag, wtag, acc, save_stats ? static_cast<Acc*>(stats.data_ptr()) : nullptr);
         });

@@ -13,7 +13,7 @@ Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) 
   const Problem<1> p = MakeProblem<1>({x}, dim);
   DispatchFloating(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    RunOp<T>(name, p, y, nullptr, [&](auto acc) {
+    RunOp<T>(name, p, {y}, [&](auto acc) {
       using Acc = decltype(acc);
       return SoftmaxFwdOp<T, Acc>{log};
     });
@@ -32,7 +32,7 @@ Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, in
   const Problem<2> p = MakeProblem<2>({y, grad}, dim);
   DispatchFloating(y.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    RunOp<T>(name, p, dx, nullptr, [&](auto acc) {
+    RunOp<T>(name, p, {dx}, [&](auto acc) {
       using Acc = decltype(acc);
       return SoftmaxBwdOp<T, Acc>{log};
     });

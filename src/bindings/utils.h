@@ -123,14 +123,14 @@ inline Tensor Contiguous(const Tensor& t) {
 }
 
 // (outer, d, inner) sizes of a reduction over `dim` of a contiguous tensor.
-struct ColumnShape {
+struct StridedShape {
   int64_t outer = 1;
   int64_t d = 1;
   int64_t inner = 1;
 };
 
-inline ColumnShape ColumnShapeOf(const Tensor& t, int64_t dim) {
-  ColumnShape s;
+inline StridedShape StridedShapeOf(const Tensor& t, int64_t dim) {
+  StridedShape s;
   for (int64_t i = 0; i < dim; ++i) s.outer *= t.size(i);
   s.d = t.size(dim);
   for (int64_t i = dim + 1; i < t.dim(); ++i) s.inner *= t.size(i);
@@ -194,7 +194,7 @@ void LogPlan(const char* op, int64_t rows, int64_t n, Describe describe) {
                static_cast<long long>(n), plan.c_str());
 }
 
-// Splits rows [0, rows) over torch's intra-op threads, about `grain_elems` elements per task.
+// Splits rows [0, rows) over torch's intra-op threads, about kGrainElems elements per task.
 template <typename F>
 void ParallelRows(int64_t rows, int64_t row_len, F&& f) {
   constexpr int64_t kGrainElems = 1 << 15;

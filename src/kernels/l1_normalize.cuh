@@ -1,5 +1,6 @@
 // L1 / mean-abs normalization along one dimension: the op bodies, run by every tier of row.cuh
-// (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
+// (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double). The op concept is in
+// kernels/common/op_traits.h.
 //
 //   forward   y  = x / s,   s = clamp_min(S, eps),  S = Σ|x| (mean = false) or Σ|x| / D (mean)
 //   backward  dx = dy/s − sign(x)·Σ(dy⊙x) / (s²·D')   where S > eps  (D' = 1, or D for mean)

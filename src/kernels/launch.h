@@ -1,8 +1,10 @@
-// Host entry points of the row machinery for any op body: raw pointers in, cudaError_t out.
+// Host entry points of the row engine for any op type (the op concept: kernels/common/
+// op_traits.h): raw pointers in, cudaError_t out. The caller has made the device current.
 //
-// An op is a functor type (see kernels/common/row.cuh) with `using Elem = T` (the storage
-// type) and `kIn`; each .cu file of src/kernels instantiates these two for the op types it
-// defines (ROWNORM_INSTANTIATE_LAUNCH). The caller has made the device current.
+// The bindings see the declarations only; a .cu file of src/kernels that includes this header
+// under nvcc also gets their definitions (through kernels/common/dispatch.cuh) and instantiates
+// them for the op types it defines with ROWNORM_INSTANTIATE_LAUNCH (or _ROWS / _STRIDED / _SUMS
+// for one of them). A declared launcher left uninstantiated fails the link (-Wl,--no-undefined).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +12,7 @@
 #include <optional>
 
 #include "kernels/common/args.h"
+#include "kernels/common/op_traits.h"
 #include "kernels/common/plan.h"
 #include "kernels/common/types.cuh"
 
@@ -18,77 +21,70 @@ namespace rownorm {
 // The plan of `args` (rows of unit stride) on the current device, and the launch of `op` on
 // every row as that plan says.
 template <class Op>
-cudaError_t PlanRows(const RowArgs<typename Op::Elem, Op::kIn>& args, RowPlan* plan);
+cudaError_t PlanRows(const RowArgsFor<Op>& args, RowPlan* plan);
 template <class Op>
-cudaError_t LaunchRows(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
-                       const RowPlan& plan, cudaStream_t stream);
+cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
+                       cudaStream_t stream);
 
 // Runs `op` over dim d of contiguous (outer, d, inner) operands (the strided-dim path).
 template <class Op>
-cudaError_t LaunchColumns(const ColumnArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
-                          cudaStream_t stream);
+cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, cudaStream_t stream);
 
-// Ops with column sums (fused parameter gradients, Op::kColumnSums): the fused plan of `args`,
-// or nothing where the fused path does not apply; and the launch as that plan says, writing
-// Op::kColumnSums x plan.chunks x n accumulators to `partial` (summed by ParamGradFinalize).
+// Ops with column sums (fused parameter gradients, OpTraits<Op>::kColumnSums): the fused plan
+// of `args`, or nothing where the fused path does not apply; and the launch as that plan says,
+// writing kColumnSums x plan.chunks x n accumulators to `partial` (summed by
+// ParamGradFinalize).
 template <class Op>
-cudaError_t PlanRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args,
-                             std::optional<FusedSumPlan>* plan);
+cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumPlan>* plan);
 template <class Op>
-cudaError_t LaunchRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
+cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op,
                                const FusedSumPlan& plan, AccType<typename Op::Elem>* partial,
                                cudaStream_t stream);
 
 }  // namespace rownorm
 
-// In a .cu file that includes kernels/common/dispatch.cuh: defines the launchers there and
-// ROWNORM_INSTANTIATE_LAUNCH(Op) instantiates both for one op type (_ROWS / _COLUMNS: one).
 #if defined(__CUDACC__)
 #include "kernels/common/dispatch.cuh"
 
 namespace rownorm {
 template <class Op>
-cudaError_t PlanRows(const RowArgs<typename Op::Elem, Op::kIn>& args, RowPlan* plan) {
+cudaError_t PlanRows(const RowArgsFor<Op>& args, RowPlan* plan) {
   return PlanRowOp<Op>(args, plan);
 }
 template <class Op>
-cudaError_t LaunchRows(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
-                       const RowPlan& plan, cudaStream_t stream) {
+cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
+                       cudaStream_t stream) {
   return LaunchRowOp(args, op, plan, stream);
 }
 template <class Op>
-cudaError_t LaunchColumns(const ColumnArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
-                          cudaStream_t stream) {
-  return LaunchColumnOp(args, op, stream);
+cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, cudaStream_t stream) {
+  return LaunchStridedOp(args, op, stream);
 }
 template <class Op>
-cudaError_t PlanRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args,
-                             std::optional<FusedSumPlan>* plan) {
+cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumPlan>* plan) {
   return PlanRowSumOp<Op>(args, plan);
 }
 template <class Op>
-cudaError_t LaunchRowsWithSums(const RowArgs<typename Op::Elem, Op::kIn>& args, const Op& op,
+cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op,
                                const FusedSumPlan& plan, AccType<typename Op::Elem>* partial,
                                cudaStream_t stream) {
   return LaunchRowSumOp(args, op, plan, partial, stream);
 }
 }  // namespace rownorm
 
-#define ROWNORM_INSTANTIATE_SUMS(...)                                                     \
-  template cudaError_t PlanRowsWithSums<__VA_ARGS__>(                                     \
-      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, std::optional<FusedSumPlan>*); \
-  template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(                                   \
-      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&,            \
-      const FusedSumPlan&, AccType<__VA_ARGS__::Elem>*, cudaStream_t);
-#define ROWNORM_INSTANTIATE_ROWS(...)                                                             \
-  template cudaError_t PlanRows<__VA_ARGS__>(const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, \
-                                             RowPlan*);                                           \
-  template cudaError_t LaunchRows<__VA_ARGS__>(                                                   \
-      const RowArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&, const RowPlan&,    \
-      cudaStream_t);
-#define ROWNORM_INSTANTIATE_COLUMNS(...)           \
-  template cudaError_t LaunchColumns<__VA_ARGS__>( \
-      const ColumnArgs<__VA_ARGS__::Elem, __VA_ARGS__::kIn>&, const __VA_ARGS__&, cudaStream_t);
+#define ROWNORM_INSTANTIATE_SUMS(...)                                                           \
+  template cudaError_t PlanRowsWithSums<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&,            \
+                                                     std::optional<FusedSumPlan>*);             \
+  template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&,          \
+                                                       const __VA_ARGS__&, const FusedSumPlan&, \
+                                                       AccType<__VA_ARGS__::Elem>*, cudaStream_t);
+#define ROWNORM_INSTANTIATE_ROWS(...)                                                              \
+  template cudaError_t PlanRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, RowPlan*);            \
+  template cudaError_t LaunchRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, \
+                                               const RowPlan&, cudaStream_t);
+#define ROWNORM_INSTANTIATE_STRIDED(...)                                              \
+  template cudaError_t LaunchStrided<__VA_ARGS__>(const StridedArgsFor<__VA_ARGS__>&, \
+                                                  const __VA_ARGS__&, cudaStream_t);
 #define ROWNORM_INSTANTIATE_LAUNCH(...) \
-  ROWNORM_INSTANTIATE_ROWS(__VA_ARGS__) ROWNORM_INSTANTIATE_COLUMNS(__VA_ARGS__)
+  ROWNORM_INSTANTIATE_ROWS(__VA_ARGS__) ROWNORM_INSTANTIATE_STRIDED(__VA_ARGS__)
 #endif

@@ -1,5 +1,6 @@
 // LayerNorm along one dimension: the op bodies, run by every tier of row.cuh (and by the CPU
-// rows of kernels/cpu/row_cpu.h, with Acc = double).
+// rows of kernels/cpu/row_cpu.h, with Acc = double). The op concept is in
+// kernels/common/op_traits.h.
 //
 //   forward   μ = mean(x), var = mean((x − μ)²) (biased, two passes over the row: stable),
 //             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b
@@ -10,19 +11,20 @@
 //             (y = 0; NaN for eps = 0 where var is 0), where μ₀ alone gives ŷ = ±1 whenever
 //             (c − μ₀)² ≫ eps.
 //   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
-//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums on the CTA / group tiers,
-//             else kernels/param_grad.h from the (μ, r) saved per row here)
+//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where dispatch.cuh's
+//             FusedPlan takes them: with two sums, groups of 16+ lanes only; else
+//             kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from
 // memory once; the streaming tier reads it once per pass. Two all-reduces per row: merging
 // per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured slower on
-// the cluster tier, where a second all-reduce costs a cluster barrier (H100, bf16, N = 65536:
-// 53-54% of copy against 71-72% with two; benchmarks/results/h100/NOTES.md §6).
+// the cluster tier, although a second all-reduce costs a cluster barrier there
+// (benchmarks/results/h100/NOTES.md §6 has the numbers).
 #pragma once
 
 #include <type_traits>
 
-#include "kernels/common/reduce.cuh"
+#include "kernels/common/row_ops.h"
 
 namespace rownorm {
 
@@ -71,7 +73,7 @@ struct LayerNormBwdOp {
   using Elem = T;
   static constexpr int kIn = 2;                // x, dy
   static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
-  static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy (fused on the CTA/group tiers)
+  static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
   Acc eps;
   const W* weight;  // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row, or nullptr

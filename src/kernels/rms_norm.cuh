@@ -1,12 +1,14 @@
 // RMSNorm and residual-add + RMSNorm along one dimension: the op bodies, run by every tier of
-// row.cuh (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
+// row.cuh (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double). The op concept is
+// in kernels/common/op_traits.h.
 //
 //   forward   y  = x·r·w,   r = 1/sqrt(mean(x²) + eps)            (w = 1 without a weight)
 //   backward  g = w⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g)), ŷ = x·r
-//             dw = Σ_rows dy⊙ŷ  (fused column sums on the CTA tier, else kernels/param_grad.h
-//             from the (0, r) saved per row here)
+//             dw = Σ_rows dy⊙ŷ  (fused column sums where dispatch.cuh's FusedPlan takes them,
+//             else kernels/param_grad.h from the (0, r) saved per row here)
 //   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
-//             (rms_norm(h), h); its backward is rms_norm's plus the gradient flowing into h
+//             (rms_norm(h), h): two outputs (the schema's and Python's `r`; h here, as r is
+//             the reciprocal RMS). Its backward is rms_norm's plus the gradient flowing into h
 //             from the second output.
 //
 // The backward recomputes r in the pass that reads dy (one two-value reduction): it moves x
@@ -15,7 +17,7 @@
 
 #include <type_traits>
 
-#include "kernels/common/reduce.cuh"
+#include "kernels/common/row_ops.h"
 
 namespace rownorm {
 
@@ -40,7 +42,7 @@ struct RmsNormFwdOp {
 // in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
 // (no extra); add_rms_norm with kIn = 3 (extra = the gradient of the h output).
 //
-// Weight gradient: on the tiers that accumulate column sums (CtaRowSumsKernel) the body adds
+// Weight gradient: on the tiers that accumulate column sums (the *RowSumsKernel) the body adds
 // dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
 // in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
 template <typename T, typename Acc, typename W, int kInputs>
@@ -92,7 +94,8 @@ struct RmsNormBwdOp {
 template <typename T, typename Acc, typename W>
 struct AddRmsNormFwdOp {
   using Elem = T;
-  static constexpr int kIn = 2;  // x, residual; out = normalized, out2 = x + residual
+  static constexpr int kIn = 2;   // x, residual
+  static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
   Acc eps;
   const W* weight;  // (n,) or nullptr
 
@@ -108,7 +111,7 @@ struct AddRmsNormFwdOp {
         row,
         [r](const Acc* v, int64_t, const Acc* w) { return RoundTo<T>(v[0] + v[1]) * r * w[0]; },
         ParamList<W, 1>{{weight}, {1.0f}});
-    row.Store2([](const Acc* v, int64_t) { return v[0] + v[1]; });
+    row.Store(Output<1>{}, [](const Acc* v, int64_t) { return v[0] + v[1]; });
   }
 };
 

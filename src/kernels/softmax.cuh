@@ -1,5 +1,6 @@
 // Softmax and log-softmax along one dimension: the op bodies, run by every tier of row.cuh
-// (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double).
+// (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double). The op concept is in
+// kernels/common/op_traits.h.
 //
 //   forward   m = max(x), s = Σ exp(x − m): two plain all-reduces where the tier caches the
 //             row; one online all-reduce of (max, Σ exp) pairs (merged by rescaling the
@@ -14,7 +15,7 @@
 // an all −inf row gives NaN; −inf elements of other rows give 0 (log_softmax: −inf).
 #pragma once
 
-#include "kernels/common/reduce.cuh"
+#include "kernels/common/row_ops.h"
 
 namespace rownorm {
 

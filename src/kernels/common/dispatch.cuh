@@ -11,6 +11,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "kernels/common/op_traits.h"
 #include "kernels/common/plan.h"
 #include "kernels/common/row.cuh"
 
@@ -73,22 +74,12 @@ inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
-// Whether Op runs on the 512-thread x 8-pack configurations (the wide CTA and the wide
-// cluster; 128 registers per thread): ops whose body needs more than that with 8 packs of
-// every input cached opt out with `static constexpr bool kWideCluster = false;` and run those
-// rows on 256-thread clusters or streaming instead of spilling.
-template <class Op, class = void>
-struct WideClusterOk : std::true_type {};
-template <class Op>
-struct WideClusterOk<Op, std::void_t<decltype(Op::kWideCluster)>>
-    : std::bool_constant<Op::kWideCluster> {};
-
 // ---------------------------------------------------------------------------------------
 // The row tiers.
 
-template <class Op, typename T, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVecs, int kThreads, int kCluster>
 constexpr auto ClusterKernel() {
-  return ClusterRowKernel<Op, T, MaxPackWidth(sizeof(T)), kVecs, kThreads, kCluster>;
+  return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
 }
 
 template <int kThreads, int kCluster>
@@ -111,11 +102,11 @@ enum class ClusterSupport { kCoScheduled, kNotCoScheduled };
 
 // Whether `device` (the current one) can co-schedule one cluster of this configuration (16 is
 // a non-portable size; a GPU or partition may hold fewer SMs per GPC), checked once per device.
-template <class Op, typename T, int kThreads, int kCluster>
+template <class Op, class Args, int kThreads, int kCluster>
 cudaError_t CheckClusterSupport(int device, ClusterSupport* support) {
   static PerDevice<ClusterSupport> cache;
   return cache.Get(device, support, [](int, ClusterSupport* out) {
-    auto kernel = ClusterKernel<Op, T, kClusterVecs, kThreads, kCluster>();
+    auto kernel = ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>();
     cudaError_t err = cudaSuccess;
     if (kCluster > 8) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -133,37 +124,37 @@ cudaError_t CheckClusterSupport(int device, ClusterSupport* support) {
   });
 }
 
-template <class Op, typename T>
+template <class Op, class Args>
 cudaError_t CheckClusterSupport(int device, const RowPlan& plan, ClusterSupport* support) {
-  if constexpr (WideClusterOk<Op>::value) {
+  if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads) {
-      return CheckClusterSupport<Op, T, kWideClusterThreads, kMaxCluster>(device, support);
+      return CheckClusterSupport<Op, Args, kWideClusterThreads, kMaxCluster>(device, support);
     }
   }
   switch (plan.cluster) {
-    case 2: return CheckClusterSupport<Op, T, kClusterThreads, 2>(device, support);
-    case 4: return CheckClusterSupport<Op, T, kClusterThreads, 4>(device, support);
-    case 8: return CheckClusterSupport<Op, T, kClusterThreads, 8>(device, support);
+    case 2: return CheckClusterSupport<Op, Args, kClusterThreads, 2>(device, support);
+    case 4: return CheckClusterSupport<Op, Args, kClusterThreads, 4>(device, support);
+    case 8: return CheckClusterSupport<Op, Args, kClusterThreads, 8>(device, support);
     case kMaxCluster:
-      return CheckClusterSupport<Op, T, kClusterThreads, kMaxCluster>(device, support);
+      return CheckClusterSupport<Op, Args, kClusterThreads, kMaxCluster>(device, support);
   }
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
 
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
 // cannot co-schedule replaced by streaming.
-template <class Op, typename T>
-cudaError_t PlanRowOp(const RowArgs<T, Op::kIn>& a, RowPlan* plan) {
+template <class Op, class Args>
+cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   int device = 0;
   DeviceInfo dev;
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  *plan = PlanRowProblem(a.n, sizeof(T), RowVecWidth(a), PlanClusters(dev.cc_major),
-                         WideClusterOk<Op>::value);
-  if constexpr (!std::is_same_v<T, double>) {
+  *plan = PlanRowProblem(a.n, kPackBytes / Args::kPackWidth, RowVecWidth(a), PlanClusters(dev.cc_major),
+                         OpTraits<Op>::kWideCluster);
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {
       ClusterSupport support;
-      err = CheckClusterSupport<Op, T>(device, *plan, &support);
+      err = CheckClusterSupport<Op, Args>(device, *plan, &support);
       if (err != cudaSuccess) return err;
       if (support == ClusterSupport::kNotCoScheduled) *plan = StreamingPlan(plan->vec);
     }
@@ -172,90 +163,90 @@ cudaError_t PlanRowOp(const RowArgs<T, Op::kIn>& a, RowPlan* plan) {
 }
 
 // Launches one cluster configuration (CheckClusterSupport said the device co-schedules it).
-template <class Op, typename T, int kThreads, int kCluster>
-cudaError_t LaunchClusterRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+template <class Op, class Args, int kThreads, int kCluster>
+cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   const int64_t max_clusters = INT_MAX / kCluster;
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(
       attr, static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)), stream);
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, T, kClusterVecs, kThreads, kCluster>(), a, op);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>(), a, op);
 }
 
-template <class Op, typename T, int kVec>
-cudaError_t LaunchStreamingRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  StreamingRowKernel<Op, T, kVec, kStreamingThreads>
+template <class Op, class Args, int kVec>
+cudaError_t LaunchStreamingRow(const Args& a, const Op& op, cudaStream_t stream) {
+  StreamingRowKernel<Op, Args, kVec, kStreamingThreads>
       <<<GridFor(a.rows), kStreamingThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
-template <class Op, typename T, int kWidth, int kVecs = kGroupVecs>
-cudaError_t LaunchGroupRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+template <class Op, class Args, int kWidth, int kVecs = kGroupVecs>
+cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
   constexpr int kRowsPerCta = kGroupCtaThreads / kWidth;
-  GroupRowKernel<Op, T, kVec, kVecs, kWidth, kGroupCtaThreads>
+  GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kGroupCtaThreads>
       <<<GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta), kGroupCtaThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
-template <class Op, typename T, int kThreads, int kVecs = kCtaVecs>
-cudaError_t LaunchCtaRow(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  CtaRowKernel<Op, T, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
+cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
+  constexpr int kVec = Args::kPackWidth;
+  CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
 // Runs `op` on every row of `a` on `stream` as `plan` (PlanRowOp of `a`) says; the caller has
 // made the device current. A plan the table never makes is cudaErrorInvalidConfiguration.
-template <class Op, typename T>
-cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, const RowPlan& plan,
+template <class Op, class Args>
+cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan,
                         cudaStream_t stream) {
   if (a.rows == 0 || a.n == 0) return cudaSuccess;
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+  constexpr int kVec = Args::kPackWidth;
   if (plan.tier == RowTier::kStreaming) {
-    return plan.vec == kVec ? LaunchStreamingRow<Op, T, kVec>(a, op, stream)
-                            : LaunchStreamingRow<Op, T, 1>(a, op, stream);
+    return plan.vec == kVec ? LaunchStreamingRow<Op, Args, kVec>(a, op, stream)
+                            : LaunchStreamingRow<Op, Args, 1>(a, op, stream);
   }
-  if constexpr (!std::is_same_v<T, double>) {
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     switch (plan.tier) {
       case RowTier::kGroup:
         switch (plan.width) {
           case 4:
-            if constexpr (kVec <= 4) return LaunchGroupRow<Op, T, 4>(a, op, stream);
+            if constexpr (kVec <= 4) return LaunchGroupRow<Op, Args, 4>(a, op, stream);
             break;
-          case 8: return LaunchGroupRow<Op, T, 8>(a, op, stream);
-          case 16: return LaunchGroupRow<Op, T, 16>(a, op, stream);
+          case 8: return LaunchGroupRow<Op, Args, 8>(a, op, stream);
+          case 16: return LaunchGroupRow<Op, Args, 16>(a, op, stream);
           case kWarpSize:
             return plan.packs == kWideGroupVecs
-                       ? LaunchGroupRow<Op, T, kWarpSize, kWideGroupVecs>(a, op, stream)
-                       : LaunchGroupRow<Op, T, kWarpSize>(a, op, stream);
+                       ? LaunchGroupRow<Op, Args, kWarpSize, kWideGroupVecs>(a, op, stream)
+                       : LaunchGroupRow<Op, Args, kWarpSize>(a, op, stream);
         }
         break;
       case RowTier::kCta:
         switch (plan.threads) {
-          case 128: return LaunchCtaRow<Op, T, 128>(a, op, stream);
-          case 256: return LaunchCtaRow<Op, T, 256>(a, op, stream);
+          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, stream);
+          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, stream);
           case 512:
-            if constexpr (WideClusterOk<Op>::value) {
+            if constexpr (OpTraits<Op>::kWideCluster) {
               if (plan.packs == kWideCtaVecs) {
-                return LaunchCtaRow<Op, T, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
+                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
               }
             }
-            return LaunchCtaRow<Op, T, 512>(a, op, stream);
+            return LaunchCtaRow<Op, Args, 512>(a, op, stream);
         }
         break;
       case RowTier::kCluster:
-        if constexpr (WideClusterOk<Op>::value) {
+        if constexpr (OpTraits<Op>::kWideCluster) {
           if (plan.threads == kWideClusterThreads) {
-            return LaunchClusterRow<Op, T, kWideClusterThreads, kMaxCluster>(a, op, stream);
+            return LaunchClusterRow<Op, Args, kWideClusterThreads, kMaxCluster>(a, op, stream);
           }
         }
         switch (plan.cluster) {
-          case 2: return LaunchClusterRow<Op, T, kClusterThreads, 2>(a, op, stream);
-          case 4: return LaunchClusterRow<Op, T, kClusterThreads, 4>(a, op, stream);
-          case 8: return LaunchClusterRow<Op, T, kClusterThreads, 8>(a, op, stream);
+          case 2: return LaunchClusterRow<Op, Args, kClusterThreads, 2>(a, op, stream);
+          case 4: return LaunchClusterRow<Op, Args, kClusterThreads, 4>(a, op, stream);
+          case 8: return LaunchClusterRow<Op, Args, kClusterThreads, 8>(a, op, stream);
           case kMaxCluster:
-            return LaunchClusterRow<Op, T, kClusterThreads, kMaxCluster>(a, op, stream);
+            return LaunchClusterRow<Op, Args, kClusterThreads, kMaxCluster>(a, op, stream);
         }
         break;
       case RowTier::kStreaming: break;
@@ -265,8 +256,8 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, const RowPla
 }
 
 // Plans and runs `op` on every row of `a`.
-template <class Op, typename T>
-cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+template <class Op, class Args>
+cudaError_t LaunchRowOp(const Args& a, const Op& op, cudaStream_t stream) {
   if (a.rows == 0 || a.n == 0) return cudaSuccess;
   RowPlan plan;
   const cudaError_t err = PlanRowOp<Op>(a, &plan);
@@ -277,62 +268,62 @@ cudaError_t LaunchRowOp(const RowArgs<T, Op::kIn>& a, const Op& op, cudaStream_t
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
 // The fused plan of `a` on the current device, or nothing where the fused path does not apply.
-template <class Op, typename T>
-cudaError_t PlanRowSumOp(const RowArgs<T, Op::kIn>& a, std::optional<FusedSumPlan>* plan) {
+template <class Op, class Args>
+cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   int device = 0;
   DeviceInfo dev;
   const cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  *plan = PlanFusedSums(a.rows, a.n, sizeof(T), FusedOperandsAligned(a), PlanClusters(dev.cc_major),
-                        WideClusterOk<Op>::value, Op::kColumnSums);
+  *plan = PlanFusedSums(a.rows, a.n, kPackBytes / Args::kPackWidth, FusedOperandsAligned(a), PlanClusters(dev.cc_major),
+                        OpTraits<Op>::kWideCluster, OpTraits<Op>::kColumnSums);
   return cudaSuccess;
 }
 
-template <class Op, typename T, int kWidth>
-cudaError_t LaunchGroupRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+template <class Op, class Args, int kWidth>
+cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                                cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
+  constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
   constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
-  GroupRowSumsKernel<Op, T, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
+  GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
       <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
 }
 
-template <class Op, typename T, int kThreads, int kVecs>
-cudaError_t LaunchCtaRowSums(const RowArgs<T, Op::kIn>& a, const Op& op, AccType<T>* partial,
+template <class Op, class Args, int kThreads, int kVecs>
+cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                              cudaStream_t stream) {
-  constexpr int kVec = MaxPackWidth(sizeof(T));
-  CtaRowSumsKernel<Op, T, kVec, kVecs, kThreads, kFusedChunkRows>
+  constexpr int kVec = Args::kPackWidth;
+  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kFusedChunkRows>
       <<<GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows), kThreads, 0, stream>>>(a, op,
                                                                                            partial);
   return cudaGetLastError();
 }
 
 // Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
-// sums as plan.chunks chunk partials to `partial` (Op::kColumnSums x chunks x n accumulators).
-template <class Op, typename T>
-cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, const FusedSumPlan& plan,
-                           AccType<T>* partial, cudaStream_t stream) {
-  if constexpr (!std::is_same_v<T, double>) {  // PlanFusedSums plans no float64
+// sums as plan.chunks chunk partials to `partial` (OpTraits<Op>::kColumnSums x chunks x n accumulators).
+template <class Op, class Args>
+cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan,
+                           AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // PlanFusedSums plans no float64
     const RowPlan& k = plan.kernel;
     if (k.tier == RowTier::kGroup) {
       switch (k.width) {
-        case 16: return LaunchGroupRowSums<Op, T, 16>(a, op, partial, stream);
-        case kWarpSize: return LaunchGroupRowSums<Op, T, kWarpSize>(a, op, partial, stream);
+        case 16: return LaunchGroupRowSums<Op, Args, 16>(a, op, partial, stream);
+        case kWarpSize: return LaunchGroupRowSums<Op, Args, kWarpSize>(a, op, partial, stream);
       }
-    } else if constexpr (Op::kColumnSums == 1) {  // the CTA tier only with one sum
+    } else if constexpr (OpTraits<Op>::kColumnSums == 1) {  // the CTA tier only with one sum
       if (k.packs == kFusedSumVecs && k.threads == 128) {
-        return LaunchCtaRowSums<Op, T, 128, kFusedSumVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream);
       }
       if (k.packs == kFusedSumVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, T, 256, kFusedSumVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
       }
       if (k.packs == kCtaVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, T, 256, kCtaVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream);
       }
       if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, T, 512, kCtaVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream);
       }
     }
   }
@@ -343,29 +334,29 @@ cudaError_t LaunchRowSumOp(const RowArgs<T, Op::kIn>& a, const Op& op, const Fus
 // The strided-dim path (the plan is PlanStridedOp of plan.h).
 
 // Runs `op` over dim d of contiguous (outer, d, inner) operands.
-template <class Op, typename T>
-cudaError_t LaunchColumnOp(const ColumnArgs<T, Op::kIn>& a, const Op& op, cudaStream_t stream) {
+template <class Op, class Args>
+cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
   if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
   constexpr int kTx = kStridedTx;
   constexpr int kTy = kStridedTy;
   const StridedPlan plan = PlanStridedOp(a);
   const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
   switch (plan.kernel) {
-    case StridedKernel::kPacked:
-      if constexpr (!std::is_same_v<T, double>) {
-        constexpr int kLanes = MaxPackWidth(sizeof(T));
+    case StridedKind::kPacked:
+      if constexpr (!std::is_same_v<typename Args::InElem, double>) {
+        constexpr int kLanes = Args::kPackWidth;
         const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
-        ColumnPackKernel<Op, T, kTx, kTy, kStridedCache, kLanes>
+        StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>
             <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
         return cudaGetLastError();
       }
       break;
-    case StridedKernel::kCached:
-      ColumnKernel<Op, T, kTx, kTy, kStridedCache>
+    case StridedKind::kCached:
+      StridedKernel<Op, Args, kTx, kTy, kStridedCache>
           <<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
       return cudaGetLastError();
-    case StridedKernel::kStreamed:
-      ColumnKernel<Op, T, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+    case StridedKind::kStreamed:
+      StridedKernel<Op, Args, kTx, kTy, 0><<<GridFor(tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
       return cudaGetLastError();
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanStridedOp never makes

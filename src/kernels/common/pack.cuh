@@ -5,8 +5,8 @@
 // layer (dispatch.cuh) picks N so that this holds for every row of every operand.
 //
 // A pack of 4 bytes or more is held as raw 32-bit words and converted element by element on
-// access: kept as __nv_bfloat16 values, the compiler spends a register per element (measured:
-// 94-182 registers per thread for the bf16 cluster kernels against 59-104 for fp16).
+// access: kept as __nv_bfloat16 values, the compiler spends a register per element (the bf16
+// cluster kernels needed far more registers than fp16; benchmarks/results/h100/NOTES.md §2).
 #pragma once
 
 #include <cstring>
@@ -59,8 +59,9 @@ struct alignas(sizeof(T) * N) Pack {
 
   // Word packs are stored with an explicit st.global.v4/v2: through C++ (struct copy, or even
   // a uint4 store) the compiler split the fp32 stores into 4-byte st.global (seen in the PTX),
-  // which quadrupled the L2 store transactions and capped the CTA and cluster tiers at ~65%
-  // of copy bandwidth (ncu: L2 97% busy, DRAM 63%).
+  // which quadrupled the L2 store transactions and made the CTA and cluster tiers L2-bound far
+  // below copy bandwidth (benchmarks/results/h100/NOTES.md §1-2). Every output of the engine
+  // goes through this Store; keep it that way.
   ROWNORM_DEVICE void Load(const T* p) {
     if constexpr (kWords && kNumWords == 4) {
       const uint4 u = *reinterpret_cast<const uint4*>(p);

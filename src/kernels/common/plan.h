@@ -113,21 +113,30 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
   return StreamingPlan(vec);
 }
 
-// The widest load width w (elements, power of two, <= one pack) at which every operand's rows
-// start at the same address mod w elements: base offsets and row strides congruent mod w.
-// Then one head/tail split (computed from operand 0) serves all operands.
-template <typename T, int kIn>
-int RowVecWidth(const RowArgs<T, kIn>& a) {
-  for (int w = PackWidth(sizeof(T)); w > 1; w /= 2) {
-    auto phase = [w](const void* p) {
-      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % w);
+// The widest load width w (elements, power of two, <= one pack of either element type) at
+// which every operand's rows start at the same element phase mod w: base offsets (in elements
+// of the operand's own type, so inputs and outputs of different widths compare by their byte
+// phase mod a pack) and row strides congruent mod w. Then one head/tail split (computed from
+// input 0) serves all operands.
+template <class Args>
+int RowVecWidth(const Args& a) {
+  constexpr size_t kInBytes = sizeof(typename Args::InElem);
+  constexpr size_t kOutBytes = sizeof(typename Args::OutElem);
+  for (int w = Args::kPackWidth; w > 1; w /= 2) {
+    auto phase = [w](const void* p, size_t elem) {
+      return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / elem) % w);
     };
     auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
-    const int64_t p0 = phase(a.out);
-    const int64_t s0 = stride_phase(a.out_stride);
+    const int64_t p0 = phase(a.out[0], kOutBytes);
+    const int64_t s0 = stride_phase(a.out_stride[0]);
     bool ok = true;
-    for (int i = 0; i < kIn; ++i) {
-      ok = ok && phase(a.in[i]) == p0 && (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
+    for (int j = 0; j < Args::kNumOut; ++j) {
+      ok = ok && phase(a.out[j], kOutBytes) == p0 &&
+           (a.rows == 1 || stride_phase(a.out_stride[j]) == s0);
+    }
+    for (int i = 0; i < Args::kNumIn; ++i) {
+      ok = ok && phase(a.in[i], kInBytes) == p0 &&
+           (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
     }
     if (ok) return w;
   }
@@ -203,11 +212,15 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
 
 // Whether every operand of `a` allows the fused path's loads: 16-byte aligned, row strides a
 // multiple of the pack width.
-template <typename T, int kIn>
-bool FusedOperandsAligned(const RowArgs<T, kIn>& a) {
-  constexpr int kVec = PackWidth(sizeof(T));
-  bool ok = reinterpret_cast<uintptr_t>(a.out) % kPackBytes == 0;
-  for (int i = 0; i < kIn; ++i) {
+template <class Args>
+bool FusedOperandsAligned(const Args& a) {
+  constexpr int kVec = Args::kPackWidth;
+  bool ok = true;
+  for (int j = 0; j < Args::kNumOut; ++j) {
+    ok = ok && reinterpret_cast<uintptr_t>(a.out[j]) % kPackBytes == 0 &&
+         a.out_stride[j] % kVec == 0;
+  }
+  for (int i = 0; i < Args::kNumIn; ++i) {
     ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % kPackBytes == 0 && a.in_stride[i] % kVec == 0;
   }
   return ok;
@@ -218,30 +231,35 @@ bool FusedOperandsAligned(const RowArgs<T, kIn>& a) {
 // 32 x 8 threads owns 32 adjacent columns (32 packs of columns with kPacked). Columns of up to
 // 8 x 8 = 64 elements stay in registers (one read of the tensor); longer ones are read twice,
 // the second time mostly from L2 (a CTA's 32 x d tile is reused at once).
-enum class StridedKernel { kPacked, kCached, kStreamed };
+enum class StridedKind { kPacked, kCached, kStreamed };
 
 constexpr int kStridedTx = 32;
 constexpr int kStridedTy = 8;
 constexpr int kStridedCache = 8;
 
 struct StridedPlan {
-  StridedKernel kernel = StridedKernel::kStreamed;
+  StridedKind kernel = StridedKind::kStreamed;
   int lanes = 1;  // adjacent columns per thread (a pack with kPacked)
 };
 
-template <typename T, int kIn>
-StridedPlan PlanStridedOp(const ColumnArgs<T, kIn>& a) {
-  constexpr int kLanes = PackWidth(sizeof(T));
-  if (a.d > kStridedTy * kStridedCache) return {StridedKernel::kStreamed, 1};
-  // 16-byte packs of adjacent columns where inner is a multiple of the pack width, there is at
-  // least one full tile of columns and every operand is aligned to a pack (not for float64).
-  const uintptr_t bytes = sizeof(T) * kLanes;
-  bool packs = sizeof(T) != 8 && a.inner % kLanes == 0 && a.inner >= kStridedTx * kLanes &&
-               reinterpret_cast<uintptr_t>(a.out) % bytes == 0 &&
-               (a.out2 == nullptr || reinterpret_cast<uintptr_t>(a.out2) % bytes == 0);
-  for (int i = 0; i < kIn; ++i) packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % bytes == 0;
-  return packs ? StridedPlan{StridedKernel::kPacked, kLanes}
-               : StridedPlan{StridedKernel::kCached, 1};
+template <class Args>
+StridedPlan PlanStridedOp(const Args& a) {
+  constexpr int kLanes = Args::kPackWidth;
+  if (a.d > kStridedTy * kStridedCache) return {StridedKind::kStreamed, 1};
+  // Packs of adjacent columns where inner is a multiple of the pack width, there is at least
+  // one full tile of columns and every operand is aligned to a pack (not for float64).
+  const uintptr_t in_bytes = sizeof(typename Args::InElem) * kLanes;
+  const uintptr_t out_bytes = sizeof(typename Args::OutElem) * kLanes;
+  bool packs = sizeof(typename Args::InElem) != 8 && a.inner % kLanes == 0 &&
+               a.inner >= kStridedTx * kLanes;
+  for (int j = 0; j < Args::kNumOut; ++j) {
+    packs = packs && reinterpret_cast<uintptr_t>(a.out[j]) % out_bytes == 0;
+  }
+  for (int i = 0; i < Args::kNumIn; ++i) {
+    packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
+  }
+  return packs ? StridedPlan{StridedKind::kPacked, kLanes}
+               : StridedPlan{StridedKind::kCached, 1};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,8 +290,8 @@ inline std::string Describe(const FusedSumPlan& f) {
 }
 
 inline std::string Describe(const StridedPlan& p) {
-  const char* kernel = p.kernel == StridedKernel::kPacked   ? "packed"
-                       : p.kernel == StridedKernel::kCached ? "cached"
+  const char* kernel = p.kernel == StridedKind::kPacked   ? "packed"
+                       : p.kernel == StridedKind::kCached ? "cached"
                                                             : "streamed";
   return std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
          " threads=" + std::to_string(kStridedTx * kStridedTy);

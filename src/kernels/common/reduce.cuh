@@ -72,53 +72,6 @@ struct MaxOp {
   }
 };
 
-// Whether an op body should make statistics that take two all-reduces (softmax's max and
-// Σ exp) from per-thread partials merged in one all-reduce (row.ReduceLocal / row.AllReduce):
-// rows whose all-reduce is a cluster barrier (CachedRow on the cluster tier) say so with
-// kOneRound = true. Elsewhere a second barrier costs about what the merge does
-// (benchmarks/results/h100/NOTES.md §6).
-template <class Row, class = void>
-struct PrefersOneRound : std::false_type {};
-template <class Row>
-struct PrefersOneRound<Row, std::void_t<decltype(Row::kOneRound)>>
-    : std::bool_constant<Row::kOneRound> {};
-
-// K optional per-column parameters of one type (weight, bias) and the value each stands for
-// when absent (1 for a weight, 0 for a bias).
-template <typename W, int K>
-struct ParamList {
-  const W* p[K];
-  float absent[K];
-};
-
-// out[col] = f(x, col, p) for every element of the row, p[j] = parameter j at col in the
-// accumulator type. Rows cached in registers (CachedRow::StoreWith) read the parameters with
-// vector loads, a pack's worth at a time, where a per-element scalar load per parameter would
-// be issued (LayerNorm's weight and bias: 16 scalar loads per 16-byte pack of bf16 x); other
-// rows read them per element.
-template <class Row, class F, class = void>
-struct HasStoreWith : std::false_type {};
-template <class Row, class F>
-struct HasStoreWith<Row, F,
-                    std::void_t<decltype(std::declval<Row&>().StoreWith(
-                        std::declval<F>(), std::declval<const ParamList<float, 1>&>()))>>
-    : std::true_type {};
-
-template <class Row, class F, typename W, int K>
-ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const ParamList<W, K>& ps) {
-  if constexpr (HasStoreWith<Row, F>::value) {
-    row.StoreWith(f, ps);
-  } else {
-    using Acc = typename Row::Acc;
-    row.Store([f, ps](const Acc* x, int64_t col) {
-      Acc p[K];
-#pragma unroll
-      for (int j = 0; j < K; ++j) p[j] = Param(ps.p[j], col, static_cast<Acc>(ps.absent[j]));
-      return f(x, col, p);
-    });
-  }
-}
-
 #if defined(__CUDACC__)
 
 ROWNORM_DEVICE float ShflXor(float v, int mask, int width) {

@@ -1,84 +1,74 @@
 // The CPU row: the op bodies of src/kernels/*.cuh run on the CPU through this view, with
 // float64 accumulation for every dtype, so CPU and CUDA results come from one formula.
 //
-// Operands are contiguous (outer, d, inner) tensors reduced over d; RunRowsCpu processes rows
-// [begin, end) of the outer * inner rows (row r = (r / inner, r % inner)) so the caller can
-// split the work across threads.
+// Operands are contiguous (outer, d, inner) tensors reduced over d (StridedArgs); RunRowsCpu
+// processes rows [begin, end) of the outer * inner rows (row r = (r / inner, r % inner)) so the
+// caller can split the work across threads. One thread owns the whole row, so AllReduce is the
+// identity.
 #pragma once
 
 #include <cstdint>
-#include <utility>
 
 #include "kernels/common/args.h"
+#include "kernels/common/row_ops.h"
 #include "kernels/common/types.cuh"
 
 namespace rownorm {
 
-template <typename T, int kIn>
-class CpuRow {
+template <class Args>
+class CpuRow : public RowOps<CpuRow<Args>, double> {
  public:
+  using TIn = typename Args::InElem;
+  using TOut = typename Args::OutElem;
   using Acc = double;
+  static constexpr int kIn = Args::kNumIn;
+  static constexpr int kOut = Args::kNumOut;
   static constexpr bool kCached = false;
 
-  CpuRow(const ColumnArgs<T, kIn>& a, int64_t r) : d_(a.d), inner_(a.inner), index_(r) {
+  CpuRow(const Args& a, int64_t r) : d_(a.d), inner_(a.inner), index_(r) {
     const int64_t base = (r / a.inner) * a.d * a.inner + r % a.inner;
     for (int i = 0; i < kIn; ++i) in_[i] = a.in[i] + base;
-    out_ = a.out + base;
-    out2_ = a.out2 != nullptr ? a.out2 + base : nullptr;
+    for (int j = 0; j < kOut; ++j) out_[j] = a.out[j] + base;
   }
 
   int64_t Size() const { return d_; }
   int64_t Index() const { return index_; }
   bool Leader() const { return true; }
 
-  template <typename Op, typename F>
-  auto Reduce(Op op, F f) {
-    using V = decltype(f(std::declval<const Acc*>(), int64_t{}));
-    V acc = Op::template Identity<V>();
+  // Primitives of RowOps.
+  template <typename Op, typename V>
+  V AllReduce(V v, Op) {
+    return v;
+  }
+  template <typename G>
+  void ForEachValue(G g) const {
     Acc x[kIn];
     for (int64_t k = 0; k < d_; ++k) {
-      Load(k, x);
-      acc = op(acc, f(x, k));
+      for (int i = 0; i < kIn; ++i) x[i] = static_cast<Acc>(ToAcc(in_[i][k * inner_]));
+      g(static_cast<const Acc*>(x), k);
     }
-    return acc;
   }
-
-  template <typename F>
-  void Store(F f) {
-    StoreTo(out_, f);
-  }
-  template <typename F>
-  void Store2(F f) {
-    StoreTo(out2_, f);
+  template <int J, typename F>
+  void StoreTo(F f) {
+    static_assert(J >= 0 && J < kOut, "the op has no such output");
+    TOut* out = out_[J];
+    ForEachValue([&](const Acc* x, int64_t k) {
+      out[k * inner_] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, k)));
+    });
   }
 
  private:
-  void Load(int64_t k, Acc (&x)[kIn]) const {
-    for (int i = 0; i < kIn; ++i) x[i] = static_cast<Acc>(ToAcc(in_[i][k * inner_]));
-  }
-
-  template <typename F>
-  void StoreTo(T* out, F f) {
-    Acc x[kIn];
-    for (int64_t k = 0; k < d_; ++k) {
-      Load(k, x);
-      out[k * inner_] = FromAcc<T>(static_cast<AccType<T>>(f(x, k)));
-    }
-  }
-
   int64_t d_;
   int64_t inner_;
   int64_t index_;
-  const T* in_[kIn];
-  T* out_;
-  T* out2_;
+  const TIn* in_[kIn];
+  TOut* out_[kOut];
 };
 
-template <class Op>
-void RunRowsCpu(const ColumnArgs<typename Op::Elem, Op::kIn>& a, const Op& op, int64_t begin,
-                int64_t end) {
+template <class Op, class Args>
+void RunRowsCpu(const Args& a, const Op& op, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
-    CpuRow<typename Op::Elem, Op::kIn> row(a, r);
+    CpuRow<Args> row(a, r);
     op(row);
   }
 }

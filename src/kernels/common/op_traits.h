@@ -1,0 +1,92 @@
+// THE OP CONCEPT: what an op type provides, in one place, with the defaults of what it may omit.
+//
+// An op is a functor holding its scalars and parameter pointers:
+//
+//   template <typename T, typename Acc, ...>
+//   struct MyOp {
+//     using Elem = T;                        // required: element type of the inputs
+//     static constexpr int kIn = 2;          // required: row-shaped inputs (x, dy, ...)
+//     using OutElem = T;                     // optional, default Elem: element type of outputs
+//     static constexpr int kOut = 1;         // optional, default 1: row-shaped outputs
+//     static constexpr bool kWideCluster;    // optional, default true (see below)
+//     static constexpr int kColumnSums;      // optional, default 0 (see below)
+//     template <class Row>
+//     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
+//   };
+//
+// The body runs unchanged on every GPU tier (kernels/common/row.cuh) and on the CPU
+// (kernels/cpu/row_cpu.h, Acc = double), and is written only in terms of (row_ops.h)
+//   V    row.Reduce(op, f)        f(const Acc* x, int64_t col) -> V reduced over the row and
+//                                 returned to every thread that shares the row;
+//   void row.Store(f)             output 0 at col = f(x, col), for every element of the row;
+//   void row.Store(Output<j>{}, f)  the same into output j (each output stored once per row);
+//   void StoreWith(row, f, ps)    output 0 = f(x, col, p), p the per-column parameters `ps`;
+//   row.Size(), row.Index()       the row length and the row's number;
+//   row.Leader()                  true in exactly one thread of the row (per-row side outputs
+//                                 such as saved statistics, written through the op's pointers);
+//   Row::kCached                  whether another Reduce is free (row in registers);
+//   PrefersOneRound<Row>          whether an all-reduce is expensive (a cluster barrier), so
+//                                 that statistics needing two are better made from
+//                                   row.ReduceLocal(op, f)  (this thread's elements only) and
+//                                   row.AllReduce(v, op)    (Reduce = AllReduce ∘ ReduceLocal).
+// x[i] is input i at column col, in the accumulator type; the value returned by a Store
+// function is rounded to OutElem.
+//
+// kWideCluster = false: the body needs more than 128 registers per thread with 8 packs of every
+// input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
+// wide cluster) and run on 256-thread clusters or streaming instead of spilling.
+//
+// kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
+// sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
+// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere).
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/common/args.h"
+
+namespace rownorm {
+
+namespace op_traits_detail {
+template <class Op, class = void>
+struct OutElemOf {
+  using type = typename Op::Elem;
+};
+template <class Op>
+struct OutElemOf<Op, std::void_t<typename Op::OutElem>> {
+  using type = typename Op::OutElem;
+};
+template <class Op, class = void>
+struct OutCount : std::integral_constant<int, 1> {};
+template <class Op>
+struct OutCount<Op, std::void_t<decltype(Op::kOut)>> : std::integral_constant<int, Op::kOut> {};
+template <class Op, class = void>
+struct WideCluster : std::true_type {};
+template <class Op>
+struct WideCluster<Op, std::void_t<decltype(Op::kWideCluster)>>
+    : std::bool_constant<Op::kWideCluster> {};
+template <class Op, class = void>
+struct ColumnSumCount : std::integral_constant<int, 0> {};
+template <class Op>
+struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
+    : std::integral_constant<int, Op::kColumnSums> {};
+}  // namespace op_traits_detail
+
+// The optional members of an op with their defaults.
+template <class Op>
+struct OpTraits {
+  static constexpr int kOut = op_traits_detail::OutCount<Op>::value;
+  static constexpr bool kWideCluster = op_traits_detail::WideCluster<Op>::value;
+  static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
+};
+
+template <class Op>
+using OpOutElem = typename op_traits_detail::OutElemOf<Op>::type;
+
+// The problem types an op runs on.
+template <class Op>
+using RowArgsFor = RowArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut>;
+template <class Op>
+using StridedArgsFor = StridedArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut>;
+
+}  // namespace rownorm

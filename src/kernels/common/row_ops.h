@@ -1,0 +1,104 @@
+// The row interface op bodies are written on (the op concept is in op_traits.h), shared by every
+// row view: the GPU row views (row_views.cuh, strided_views.cuh) and the CPU row
+// (kernels/cpu/row_cpu.h).
+//
+// RowOps<Derived> derives the interface from a few primitives of the view (CRTP, so everything
+// inlines into the tier kernels as if written out):
+//   ForEachValue(g)     g(const Acc* x, int64_t col) for each element of the row this thread owns;
+//   AllReduce(v, op)    v combined over the threads that share the row, in every one of them;
+//   StoreTo<j>(f)       output j at col = f(x, col) for each element this thread owns.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/common/reduce.cuh"
+
+namespace rownorm {
+
+// Selects output j of a multi-output op: row.Store(Output<1>{}, f).
+template <int J>
+struct Output {
+  static constexpr int kIndex = J;
+};
+
+template <typename F, typename Acc>
+using ReduceValue = decltype(std::declval<F>()(std::declval<const Acc*>(), int64_t{}));
+
+template <class Derived, typename AccT>
+class RowOps {
+ public:
+  using Acc = AccT;
+  // Row views that differ override these (see op_traits.h and StoreWith below).
+  static constexpr bool kOneRound = false;      // an all-reduce is a cluster barrier
+  static constexpr bool kPackedParams = false;  // StoreWith reads parameters a pack at a time
+
+  template <typename Op, typename F>
+  ROWNORM_HOST_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
+    return Self().AllReduce(ReduceLocal(op, f), op);
+  }
+
+  template <typename Op, typename F>
+  ROWNORM_HOST_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
+    using V = ReduceValue<F, Acc>;
+    V acc = Op::template Identity<V>();
+    Self().ForEachValue([&](const Acc* x, int64_t col) { acc = op(acc, f(x, col)); });
+    return acc;
+  }
+
+  template <typename F>
+  ROWNORM_HOST_DEVICE void Store(F f) {
+    Self().template StoreTo<0>(f);
+  }
+  template <int J, typename F>
+  ROWNORM_HOST_DEVICE void Store(Output<J>, F f) {
+    Self().template StoreTo<J>(f);
+  }
+
+ protected:
+  ROWNORM_HOST_DEVICE Derived& Self() { return static_cast<Derived&>(*this); }
+  ROWNORM_HOST_DEVICE const Derived& Self() const { return static_cast<const Derived&>(*this); }
+};
+
+// Whether an op body should make statistics that take two all-reduces (softmax's max and
+// Σ exp) from per-thread partials merged in one all-reduce (row.ReduceLocal / row.AllReduce):
+// where an all-reduce is a cluster barrier (CachedRow on the cluster tier). Elsewhere a second
+// barrier costs about what the merge does (benchmarks/results/h100/NOTES.md §6).
+template <class Row>
+struct PrefersOneRound : std::bool_constant<Row::kOneRound> {};
+
+// K optional per-column parameters of one type (weight, bias) and the value each stands for
+// when absent (1 for a weight, 0 for a bias).
+template <typename W, int K>
+struct ParamList {
+  const W* p[K];
+  float absent[K];
+};
+
+// f(x, col, p) as a function of (x, col): p[j] = parameter j at col, read one element at a time.
+template <typename Acc, typename F, typename W, int K>
+ROWNORM_HOST_DEVICE auto WithParams(F f, const ParamList<W, K>& ps) {
+  return [f, ps](const Acc* x, int64_t col) {
+    Acc p[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) p[j] = Param(ps.p[j], col, static_cast<Acc>(ps.absent[j]));
+    return f(x, col, p);
+  };
+}
+
+// Output 0 at col = f(x, col, p) for every element of the row, p[j] = parameter j at col in the
+// accumulator type. Rows cached in registers (kPackedParams) read the parameters with vector
+// loads, a pack's worth at a time, where a per-element scalar load per parameter would be
+// issued (LayerNorm's weight and bias: 16 scalar loads per 16-byte pack of bf16 x); other rows
+// read them per element.
+template <class Row, class F, typename W, int K>
+ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const ParamList<W, K>& ps) {
+  if constexpr (Row::kPackedParams) {
+    row.StoreWith(f, ps);
+  } else {
+    row.Store(WithParams<typename Row::Acc>(f, ps));
+  }
+}
+
+}  // namespace rownorm

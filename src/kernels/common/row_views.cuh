@@ -1,0 +1,398 @@
+// Row views of the row tiers: the threads that share a row (teams), the row's geometry, and the
+// two views op bodies run on, CachedRow (the row in registers) and StreamingRow (the row left in
+// global memory).
+//
+// Row layout: input i's row r starts at in[i] + r * in_stride[i] and is unit-stride (outputs
+// likewise). Rows are moved with Pack<·, kVec> accesses: the first `head` (< kVec) elements, up
+// to the first kVec-aligned address, and the last `tail` (< kVec) elements are scalar; the
+// dispatcher guarantees that every operand has that alignment in every row (the same element
+// phase mod kVec). All offsets are int64.
+//
+// Both views derive the row interface (row_ops.h) through PackedRow from two primitives:
+//   ForEachPack(g)           g(k, packs, col0) for each full pack this thread owns: packs[i] is
+//                            input i at columns [col0, col0 + kVec), k the pack's slot among
+//                            this thread's (the same columns in every row when head == 0);
+//   LoadScalar<kTail>(c, x)  x[i] = input i at the head (kTail = false) or tail scalar column c.
+// Outputs are written a Pack<TOut, kVec> at a time through Pack::Store (see pack.cuh for why
+// that store is spelled out), head and tail scalars one element at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/args.h"
+#include "kernels/common/pack.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/common/row_ops.h"
+
+namespace rownorm {
+
+#if defined(__CUDACC__)
+
+// ---------------------------------------------------------------------------------------
+// Teams: the threads that share one row, and how they all-reduce.
+
+template <int kWidth>
+struct GroupTeam {  // kWidth consecutive lanes of a warp
+  static constexpr int kThreads = kWidth;
+  static constexpr int kSlices = 1;
+  int rank;
+  ROWNORM_DEVICE int ThreadRank() const { return rank; }
+  ROWNORM_DEVICE int SliceRank() const { return 0; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return WarpAllReduce<kWidth>(v, op);
+  }
+};
+
+template <int kCtaThreads>
+struct CtaTeam {  // a whole 1-D CTA
+  static constexpr int kThreads = kCtaThreads;
+  static constexpr int kSlices = 1;
+  BlockReduceStorage<kCtaThreads>& storage;
+  int parity = 0;
+  ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
+  ROWNORM_DEVICE int SliceRank() const { return 0; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return BlockAllReduce<kCtaThreads>(v, op, storage, parity);
+  }
+};
+
+template <int kCtaThreads, int kCluster>
+struct ClusterTeam {  // kCluster CTAs of a cluster; CTA rank c owns slice c of the row
+  static constexpr int kThreads = kCtaThreads;
+  static constexpr int kSlices = kCluster;
+  ClusterReduceStorage<kCtaThreads>& storage;
+  int block_parity = 0;
+  int cluster_parity = 0;
+  ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
+  ROWNORM_DEVICE int SliceRank() const { return blockIdx.x % kCluster; }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return ClusterAllReduce<kCtaThreads, kCluster>(v, op, storage, block_parity, cluster_parity);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Row geometry: scalar head, kVec-wide body, scalar tail.
+
+template <typename T, int kVec>
+struct RowGeometry {
+  int64_t head;  // scalar elements before the first kVec-aligned one (< kVec)
+  int64_t vecs;  // full packs
+  int64_t tail;  // scalar elements after the last pack (< kVec)
+
+  ROWNORM_DEVICE RowGeometry(const T* row, int64_t n) {
+    const int64_t misalign = (reinterpret_cast<uintptr_t>(row) / sizeof(T)) % kVec;
+    head = misalign == 0 ? 0 : kVec - misalign;
+    if (head > n) head = n;
+    vecs = (n - head) / kVec;
+    tail = n - head - vecs * kVec;
+  }
+};
+
+// Which packs and scalars of a row one thread of a team owns: packs
+// [slice_begin, slice_end) of the team's slice, strided by the team size; the head
+// scalars go to the first threads of slice 0, the tail scalars to the last threads of the
+// last slice (each thread owns at most one of each since kVec <= team size).
+template <class Team, int kVec>
+struct Ownership {
+  int64_t first_vec;  // this thread's first pack; its k-th is first_vec + k * kThreads
+  int64_t vec_end;
+  int64_t head_col;  // column of the owned head scalar, or -1 (tested as head_col >= 0)
+  int64_t tail_col;  // column of the owned tail scalar, or -1
+
+  template <typename T>
+  ROWNORM_DEVICE Ownership(const Team& team, const RowGeometry<T, kVec>& g, bool valid) {
+    static_assert(kVec <= Team::kThreads, "each thread owns at most one head/tail scalar");
+    const int tid = team.ThreadRank();
+    const int slice = team.SliceRank();
+    const int64_t chunk = (g.vecs + Team::kSlices - 1) / Team::kSlices;
+    const int64_t begin = valid ? min(g.vecs, slice * chunk) : 0;
+    vec_end = valid ? min(g.vecs, begin + chunk) : 0;
+    first_vec = begin + tid;
+    head_col = (valid && slice == 0 && tid < g.head) ? tid : -1;
+    const int tail_first = Team::kThreads - static_cast<int>(g.tail);
+    tail_col = (valid && slice == Team::kSlices - 1 && tid >= tail_first)
+                   ? g.head + g.vecs * kVec + (tid - tail_first)
+                   : -1;
+  }
+};
+
+// Per-thread column accumulators of the fused parameter-gradient path: kK sums for each of the
+// thread's kVecs x kVec columns, carried across the rows a team processes (the columns a thread
+// owns are the same in every row when rows start 16-byte aligned, which that path requires).
+template <typename Acc, int kK, int kVecs, int kVec>
+struct ColumnSums {
+  Acc v[kK][kVecs][kVec];
+};
+
+// ---------------------------------------------------------------------------------------
+// Row views.
+
+// What both views share: the team, the row's geometry, this thread's share of it, the outputs,
+// the row's identity (Index(), and Leader(): the one thread of the team that writes per-row
+// results such as saved statistics), and the row interface built on the two primitives.
+template <class Derived, class Args, int kVec, class Team>
+class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
+ public:
+  using TIn = typename Args::InElem;
+  using TOut = typename Args::OutElem;
+  using Acc = AccType<TIn>;
+  static constexpr int kIn = Args::kNumIn;
+  static constexpr int kOut = Args::kNumOut;
+  using InPacks = Pack<TIn, kVec>[kIn];
+
+  ROWNORM_DEVICE int64_t Size() const { return n_; }
+  ROWNORM_DEVICE int64_t Index() const { return row_; }
+  ROWNORM_DEVICE bool Leader() const {
+    return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
+  }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return team_.AllReduce(v, op);
+  }
+
+  template <class G>
+  ROWNORM_DEVICE void ForEachValue(G g) const {
+    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+      Acc x[kIn];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        g(static_cast<const Acc*>(x), col0 + e);
+      }
+    });
+    ForEachScalar(g);
+  }
+
+  template <int J, typename F>
+  ROWNORM_DEVICE void StoreTo(F f) {
+    static_assert(J >= 0 && J < kOut, "the op has no such output");
+    TOut* out = out_[J];
+    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+      Pack<TOut, kVec> o;
+      Acc x[kIn];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e)));
+      }
+      o.Store(out + col0);
+    });
+    ForEachScalar([&](const Acc* x, int64_t col) {
+      out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, col)));
+    });
+  }
+
+  // Output 0 at col = f(x, col, p), p[j] = ps.p[j][col] (see StoreWith in row_ops.h): the
+  // parameters of a pack's columns are read with vector loads where they are aligned like the
+  // row, else one element at a time.
+  template <typename F, typename W, int K>
+  ROWNORM_DEVICE void StoreWith(F f, const ParamList<W, K>& ps) {
+    constexpr int kWVec = kVec * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
+    bool aligned = true;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      aligned =
+          aligned && (ps.p[j] == nullptr ||
+                      reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) % (kWVec * sizeof(W)) == 0);
+    }
+    if (!aligned) {
+      StoreTo<0>(WithParams<Acc>(f, ps));
+      return;
+    }
+    TOut* out = out_[0];
+    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+      Acc pv[K][kVec];
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        if (ps.p[j] != nullptr) {
+#pragma unroll
+          for (int h = 0; h < kVec / kWVec; ++h) {
+            Pack<W, kWVec> q;
+            q.Load(ps.p[j] + col0 + h * kWVec);
+#pragma unroll
+            for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = q.Get(e);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) pv[j][e] = static_cast<Acc>(ps.absent[j]);
+        }
+      }
+      Pack<TOut, kVec> o;
+      Acc x[kIn];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        Acc pe[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
+        o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
+      }
+      o.Store(out + col0);
+    });
+    const auto g = WithParams<Acc>(f, ps);
+    ForEachScalar([&](const Acc* x, int64_t col) {
+      out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
+    });
+  }
+
+ protected:
+  ROWNORM_DEVICE PackedRow(Team& team, const Args& args, int64_t row, bool valid)
+      : team_(team),
+        geo_(In(args, 0, row, valid), args.n),
+        own_(team, geo_, valid),
+        n_(args.n),
+        row_(row),
+        valid_(valid) {
+#pragma unroll
+    for (int j = 0; j < kOut; ++j) out_[j] = args.out[j] + (valid ? row : 0) * args.out_stride[j];
+  }
+
+  ROWNORM_DEVICE static const TIn* In(const Args& args, int i, int64_t row, bool valid) {
+    return args.in[i] + (valid ? row : 0) * args.in_stride[i];
+  }
+
+  // g(x, col) for the head and tail scalars this thread owns.
+  template <class G>
+  ROWNORM_DEVICE void ForEachScalar(G g) const {
+    Acc x[kIn];
+    if (own_.head_col >= 0) {
+      this->Self().template LoadScalar<false>(own_.head_col, x);
+      g(static_cast<const Acc*>(x), own_.head_col);
+    }
+    if (own_.tail_col >= 0) {
+      this->Self().template LoadScalar<true>(own_.tail_col, x);
+      g(static_cast<const Acc*>(x), own_.tail_col);
+    }
+  }
+
+  Team& team_;
+  RowGeometry<TIn, kVec> geo_;
+  Ownership<Team, kVec> own_;
+  TOut* out_[kOut];
+  int64_t n_;
+  int64_t row_;
+  bool valid_;
+};
+
+// The row cached in registers as packs of the storage type (converted on use, which keeps
+// 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
+template <class Args, int kVec, int kVecs, class Team>
+class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVec, Team> {
+  using Base = PackedRow<CachedRow, Args, kVec, Team>;
+  using Base::geo_;
+  using Base::own_;
+
+ public:
+  using typename Base::Acc;
+  using typename Base::InPacks;
+  using typename Base::TIn;
+  static constexpr int kIn = Base::kIn;
+  static constexpr bool kCached = true;                 // another Reduce costs no memory traffic
+  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
+  static constexpr bool kPackedParams = true;
+
+  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid)
+      : Base(team, args, row, valid) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) {
+      const TIn* p = Base::In(args, i, row, valid);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t v = own_.first_vec + k * Team::kThreads;
+        if (v < own_.vec_end) packs_[k][i].Load(p + geo_.head + v * kVec);
+      }
+      if (own_.head_col >= 0) head_[i] = p[own_.head_col];
+      if (own_.tail_col >= 0) tail_[i] = p[own_.tail_col];
+    }
+  }
+
+  // sums[k][col] += f(x, col)[k] over this row when the kernel accumulates column sums
+  // (CtaRowSumsKernel, GroupRowSumsKernel); a no-op otherwise. The path requires
+  // head == tail == 0.
+  template <typename F, int kK>
+  ROWNORM_DEVICE void AddColumns(F f, ColumnSums<Acc, kK, kVecs, kVec>* sums) {
+    if (sums == nullptr) return;
+    ForEachPack([&](int k, const InPacks& p, int64_t col0) {
+      Acc x[kIn];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        const Array<Acc, kK> a = f(static_cast<const Acc*>(x), col0 + e);
+#pragma unroll
+        for (int j = 0; j < kK; ++j) sums->v[j][k][e] += a[j];
+      }
+    });
+  }
+
+  // Primitives (see the top of this file).
+  template <class G>
+  ROWNORM_DEVICE void ForEachPack(G g) const {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) g(k, packs_[k], geo_.head + v * kVec);
+    }
+  }
+  template <bool kTail>
+  ROWNORM_DEVICE void LoadScalar(int64_t, Acc (&x)[kIn]) const {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(kTail ? tail_[i] : head_[i]);
+  }
+
+ private:
+  Pack<TIn, kVec> packs_[kVecs][kIn];
+  TIn head_[kIn];
+  TIn tail_[kIn];
+};
+
+// The row left in global memory: every Reduce and Store streams it again. Used where no
+// cached tier fits (very long rows before sm_90, misaligned operands, float64).
+template <class Args, int kVec, class Team>
+class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec, Team> {
+  using Base = PackedRow<StreamingRow, Args, kVec, Team>;
+  using Base::geo_;
+  using Base::own_;
+
+ public:
+  using typename Base::Acc;
+  using typename Base::TIn;
+  static constexpr int kIn = Base::kIn;
+  static constexpr bool kCached = false;  // every Reduce reads the row again
+
+  ROWNORM_DEVICE StreamingRow(Team& team, const Args& args, int64_t row, bool valid)
+      : Base(team, args, row, valid) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) in_[i] = Base::In(args, i, row, valid);
+  }
+
+  // Primitives (see the top of this file).
+  template <class G>
+  ROWNORM_DEVICE void ForEachPack(G g) const {
+#pragma unroll 2
+    for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
+      Pack<TIn, kVec> p[kIn];
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) p[i].Load(in_[i] + geo_.head + v * kVec);
+      g(0, p, geo_.head + v * kVec);
+    }
+  }
+  template <bool kTail>
+  ROWNORM_DEVICE void LoadScalar(int64_t col, Acc (&x)[kIn]) const {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(in_[i][col]);
+  }
+
+ private:
+  const TIn* in_[kIn];
+};
+
+#endif  // __CUDACC__
+
+}  // namespace rownorm

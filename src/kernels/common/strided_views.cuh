@@ -1,0 +1,248 @@
+// Row views of the strided-dim path: a reduction over dim d of contiguous (outer, d, inner)
+// operands with inner > 1 (for example the channels of NCHW). A "row" is then fixed
+// (outer o, inner i) running over d, with stride `inner` between its elements: threads walk the
+// contiguous inner dim (coalesced) and a kTx x kTy CTA splits d among its kTy thread rows.
+//
+//   StridedRow              thread (tx, ty) owns column i = tile + tx and elements d = ty,
+//                           ty + kTy, ...; with kCache > 0 it keeps those (at most kCache) in
+//                           registers, else it streams them.
+//   StridedTile/StridedLane thread (tx, ty) owns kLanes adjacent columns, read and written as
+//                           packs (inner a multiple of kLanes, every operand pack-aligned,
+//                           checked on the host); the op body runs once per lane.
+// The kTy partials of a column are combined through shared memory (StridedAllReduce).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/args.h"
+#include "kernels/common/pack.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/common/row_ops.h"
+
+namespace rownorm {
+
+#if defined(__CUDACC__)
+
+template <int kTx, int kTy>
+struct StridedReduceStorage {
+  alignas(16) unsigned char bytes[2][kTy][kTx][kReduceSlotBytes];
+};
+
+// All-reduce of thread (tx, ty)'s value over ty, returned to the kTy threads of column tx.
+// `parity` selects the double-buffered storage (one __syncthreads per call, as BlockAllReduce);
+// it lives in the kernel so that it carries over from one row to the next.
+template <int kTx, int kTy, typename Op, typename V>
+ROWNORM_DEVICE V StridedAllReduce(V acc, Op op, StridedReduceStorage<kTx, kTy>& storage,
+                                  int& parity) {
+  static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+  auto& slots = storage.bytes[parity];
+  *reinterpret_cast<V*>(slots[threadIdx.y][threadIdx.x]) = acc;
+  __syncthreads();
+  acc = *reinterpret_cast<const V*>(slots[0][threadIdx.x]);
+#pragma unroll
+  for (int y = 1; y < kTy; ++y) acc = op(acc, *reinterpret_cast<const V*>(slots[y][threadIdx.x]));
+  parity ^= 1;
+  return acc;
+}
+
+// Row (o, i) of a StridedArgs problem, shared by both views: its operands' first elements and
+// its number among the outer * inner rows. Columns past `inner` (the last tile's idle threads)
+// are invalid and point at column 0 so that no address leaves the tensors.
+template <class Args>
+struct StridedOperands {
+  using TIn = typename Args::InElem;
+  using TOut = typename Args::OutElem;
+  static constexpr int kIn = Args::kNumIn;
+  static constexpr int kOut = Args::kNumOut;
+
+  ROWNORM_DEVICE StridedOperands(const Args& a, int64_t o, int64_t i)
+      : d(a.d), inner(a.inner), index(o * a.inner + i), valid(i < a.inner) {
+    const int64_t base = o * a.d * a.inner + (valid ? i : 0);
+#pragma unroll
+    for (int k = 0; k < kIn; ++k) in[k] = a.in[k] + base;
+#pragma unroll
+    for (int j = 0; j < kOut; ++j) out[j] = a.out[j] + base;
+  }
+
+  int64_t d;
+  int64_t inner;
+  int64_t index;
+  bool valid;
+  const TIn* in[kIn];
+  TOut* out[kOut];
+};
+
+template <class Args, int kTx, int kTy, int kCache>
+class StridedRow
+    : public RowOps<StridedRow<Args, kTx, kTy, kCache>, AccType<typename Args::InElem>> {
+ public:
+  using TIn = typename Args::InElem;
+  using TOut = typename Args::OutElem;
+  using Acc = AccType<TIn>;
+  static constexpr int kIn = Args::kNumIn;
+  static constexpr int kOut = Args::kNumOut;
+  static constexpr bool kCached = kCache > 0;
+
+  ROWNORM_DEVICE StridedRow(StridedReduceStorage<kTx, kTy>& storage, int& parity, const Args& a,
+                            int64_t o, int64_t i)
+      : storage_(storage), parity_(parity), at_(a, o, i) {
+    if constexpr (kCache > 0) {
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const int64_t d = threadIdx.y + c * kTy;
+        if (at_.valid && d < at_.d) {
+#pragma unroll
+          for (int k = 0; k < kIn; ++k) cache_[k][c] = at_.in[k][d * at_.inner];
+        }
+      }
+    }
+  }
+
+  // The row's number among the outer * inner rows, and whether this thread writes its
+  // per-row results (each column is one thread's; ty == 0 holds it).
+  ROWNORM_DEVICE int64_t Size() const { return at_.d; }
+  ROWNORM_DEVICE int64_t Index() const { return at_.index; }
+  ROWNORM_DEVICE bool Leader() const { return at_.valid && threadIdx.y == 0; }
+
+  // Primitives of RowOps.
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V acc, Op op) {
+    return StridedAllReduce(acc, op, storage_, parity_);
+  }
+  template <int J, typename F>
+  ROWNORM_DEVICE void StoreTo(F f) {
+    static_assert(J >= 0 && J < kOut, "the op has no such output");
+    ForEachValue([&](const Acc* x, int64_t d) {
+      at_.out[J][d * at_.inner] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, d)));
+    });
+  }
+  template <typename G>
+  ROWNORM_DEVICE void ForEachValue(G g) const {
+    if (!at_.valid) return;
+    Acc x[kIn];
+    if constexpr (kCache > 0) {
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const int64_t d = threadIdx.y + c * kTy;
+        if (d < at_.d) {
+#pragma unroll
+          for (int k = 0; k < kIn; ++k) x[k] = ToAcc(cache_[k][c]);
+          g(static_cast<const Acc*>(x), d);
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int64_t d = threadIdx.y; d < at_.d; d += kTy) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) x[k] = ToAcc(at_.in[k][d * at_.inner]);
+        g(static_cast<const Acc*>(x), d);
+      }
+    }
+  }
+
+ private:
+  StridedReduceStorage<kTx, kTy>& storage_;
+  int& parity_;
+  StridedOperands<Args> at_;
+  TIn cache_[kIn][kCache > 0 ? kCache : 1];
+};
+
+// The packed strided path: thread (tx, ty) owns kLanes adjacent columns i..i+kLanes-1 and
+// elements d = ty, ty + kTy, ... (at most kCache of them), read and written as packs. A
+// StridedTile holds those packs; StridedLane<Tile, J> is the row interface of its lane J
+// (column i + J), and StridedPackKernel runs the op body once per lane, J a constant so that
+// the lane's element of every pack is a register. The outputs are gathered in packs and written
+// once all lanes have run (Flush): an op body stores each of its outputs once per row.
+template <class Args, int kTx, int kTy, int kCache, int kLanes>
+struct StridedTile {
+  using TIn = typename Args::InElem;
+  using TOut = typename Args::OutElem;
+  using Acc = AccType<TIn>;
+  static constexpr int kTyRows = kTy;
+  static constexpr int kCacheRows = kCache;
+  static constexpr int kIn = Args::kNumIn;
+  static constexpr int kOut = Args::kNumOut;
+
+  ROWNORM_DEVICE StridedTile(StridedReduceStorage<kTx, kTy>& s, int& par, const Args& a, int64_t o,
+                             int64_t i)
+      : storage(s), parity(par), at(a, o, i) {
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (at.valid && r < at.d) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) cache[k][c].Load(at.in[k] + r * at.inner);
+      }
+    }
+  }
+
+  // Writes the gathered outputs.
+  ROWNORM_DEVICE void Flush() const {
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (at.valid && r < at.d) {
+#pragma unroll
+        for (int j = 0; j < kOut; ++j) gathered[j][c].Store(at.out[j] + r * at.inner);
+      }
+    }
+  }
+
+  StridedReduceStorage<kTx, kTy>& storage;
+  int& parity;
+  StridedOperands<Args> at;  // of lane 0
+  Pack<TIn, kLanes> cache[kIn][kCache];
+  Pack<TOut, kLanes> gathered[kOut][kCache];
+};
+
+template <class Tile, int J>
+class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
+ public:
+  using Acc = typename Tile::Acc;
+  static constexpr bool kCached = true;
+
+  ROWNORM_DEVICE explicit StridedLane(Tile& t) : t_(t) {}
+
+  ROWNORM_DEVICE int64_t Size() const { return t_.at.d; }
+  ROWNORM_DEVICE int64_t Index() const { return t_.at.index + J; }
+  ROWNORM_DEVICE bool Leader() const { return t_.at.valid && threadIdx.y == 0; }
+
+  // Primitives of RowOps.
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V acc, Op op) {
+    return StridedAllReduce(acc, op, t_.storage, t_.parity);
+  }
+  template <int K, typename F>
+  ROWNORM_DEVICE void StoreTo(F f) {
+    static_assert(K >= 0 && K < Tile::kOut, "the op has no such output");
+    ForEach([&](const Acc* x, int64_t r, int c) {
+      t_.gathered[K][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r)));
+    });
+  }
+  template <typename G>
+  ROWNORM_DEVICE void ForEachValue(G g) const {
+    ForEach([&](const Acc* x, int64_t r, int) { g(x, r); });
+  }
+
+ private:
+  template <typename G>
+  ROWNORM_DEVICE void ForEach(G g) const {
+    if (!t_.at.valid) return;
+    Acc x[Tile::kIn];
+#pragma unroll
+    for (int c = 0; c < Tile::kCacheRows; ++c) {
+      const int64_t r = threadIdx.y + c * Tile::kTyRows;
+      if (r < t_.at.d) {
+#pragma unroll
+        for (int k = 0; k < Tile::kIn; ++k) x[k] = t_.cache[k][c].Get(J);
+        g(static_cast<const Acc*>(x), r, c);
+      }
+    }
+  }
+
+  Tile& t_;
+};
+
+#endif  // __CUDACC__
+
+}  // namespace rownorm

@@ -1,0 +1,204 @@
+// The __global__ kernels of the tiers: each builds the row view of its tier for every row it
+// owns and runs the op body on it (the tier table that picks one is in dispatch.cuh).
+//
+//   GroupRowKernel      kWidth (4..32) lanes per row, several rows per CTA; row in registers.
+//   CtaRowKernel        one CTA per row; row in registers, warp shuffles + one smem round.
+//   ClusterRowKernel    a cluster of kCluster CTAs per row (sm_90+); each CTA keeps its slice
+//                       in registers, partials exchanged through distributed shared memory, so
+//                       a 256 KB fp32 row is read from HBM exactly once.
+//   StreamingRowKernel  one CTA per row, nothing cached: every Reduce/Store re-reads the row
+//                       (from L2 when it fits). Any length, any arch, any vector width.
+//   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients).
+//   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
+//   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D.
+//
+// Every row loop is uniform across the threads that reduce together (the warp for groups, the
+// CTA, the cluster), as the barriers and full-mask shuffles require. `Args` is the problem type
+// (RowArgs / StridedArgs of the op's element types and operand counts).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <utility>
+
+#include "kernels/common/row_views.cuh"
+#include "kernels/common/strided_views.cuh"
+
+namespace rownorm {
+
+#if defined(__CUDACC__)
+
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads>
+__global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, const Op op) {
+  static_assert(kCtaThreads % kWarpSize == 0 && kWarpSize % kWidth == 0, "bad group shape");
+  constexpr int kRowsPerCta = kCtaThreads / kWidth;
+  GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
+  const int group = threadIdx.x / kWidth;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
+       base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
+    const int64_t row = base + group;
+    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    op(r);
+  }
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+__global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const Op op) {
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+    CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r);
+  }
+}
+
+// Fused parameter gradients: the CTA and group tiers with column sums. A "chunk" is the
+// fixed set of rows one team (a CTA, or a group of lanes) runs in order, accumulating
+// Op::kColumnSums column sums in registers (the op body's AddColumns); it then writes them as
+// its chunk's partials, partial[(j·chunks + chunk)·n + col]. Rows start 16-byte aligned and n
+// is a multiple of kVec (checked on the host), so a thread owns the same columns in every row,
+// and the chunks do not depend on the number of rows: neither do the results.
+template <typename Acc, int kK, int kVecs, int kVec>
+ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) sums.v[j][k][e] = Acc(0);
+    }
+  }
+}
+
+// Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials.
+template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
+ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank, int64_t chunk,
+                              int64_t chunks, int64_t n, Acc* partial) {
+  const int64_t vecs = n / kVec;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t v = rank + k * kThreads;
+    if (v < vecs) {
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          partial[(j * chunks + chunk) * n + v * kVec + e] = sums.v[j][k][e];
+        }
+      }
+    }
+  }
+}
+
+// CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  using Acc = AccType<typename Args::InElem>;
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  ZeroSums(sums);
+  const int64_t chunks = (args.rows + kRows - 1) / kRows;
+  const int64_t c = blockIdx.x;
+  const int64_t end = min(args.rows, (c + 1) * kRows);
+  for (int64_t row = c * kRows; row < end; ++row) {
+    CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r, &sums);
+  }
+  WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
+                                                         partial);
+}
+
+// Group tier: CTA b holds G = kCtaThreads / kWidth groups; group g runs rows
+// b·kRows·G + g + k·G (k < kRows; neighbouring groups read neighbouring rows) as chunk
+// b·G + g, so chunks = ceil(rows / (kRows·G))·G. Every group runs kRows iterations (rows past
+// the end as invalid rows) so that the warp's shuffles stay uniform.
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+__global__ void __launch_bounds__(kCtaThreads)
+    GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  using Acc = AccType<typename Args::InElem>;
+  constexpr int kGroups = kCtaThreads / kWidth;
+  GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
+  const int group = threadIdx.x / kWidth;
+  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  ZeroSums(sums);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kRows * kGroups + group;
+  for (int k = 0; k < kRows; ++k) {
+    const int64_t row = base + static_cast<int64_t>(k) * kGroups;
+    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    op(r, &sums);
+  }
+  const int64_t chunks =
+      (args.rows + int64_t{kRows} * kGroups - 1) / (int64_t{kRows} * kGroups) * kGroups;
+  WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kWidth>(
+      sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ ClusterReduceStorage<kThreads> storage;
+  ClusterTeam<kThreads, kCluster> team{storage};
+  const int64_t clusters = gridDim.x / kCluster;
+  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
+    CachedRow<Args, kVec, kVecs, ClusterTeam<kThreads, kCluster>> r(team, args, row, true);
+    op(r);
+  }
+  cooperative_groups::this_cluster().sync();  // keep our shared memory alive for the peers
+#else
+  __trap();
+#endif
+}
+
+template <class Op, class Args, int kVec, int kThreads>
+__global__ void __launch_bounds__(kThreads) StreamingRowKernel(const Args args, const Op op) {
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+    StreamingRow<Args, kVec, CtaTeam<kThreads>> r(team, args, row, true);
+    op(r);
+  }
+}
+
+template <class Op, class Args, int kTx, int kTy, int kCache>
+__global__ void __launch_bounds__(kTx* kTy) StridedKernel(const Args args, const Op op) {
+  __shared__ StridedReduceStorage<kTx, kTy> storage;
+  int parity = 0;
+  const int64_t tiles = (args.inner + kTx - 1) / kTx;
+  for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
+    const int64_t o = t / tiles;
+    const int64_t i = (t % tiles) * kTx + threadIdx.x;
+    StridedRow<Args, kTx, kTy, kCache> r(storage, parity, args, o, i);
+    op(r);
+  }
+}
+
+template <class Op, class Tile, int... J>
+ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int, J...>) {
+  (
+      [&] {
+        StridedLane<Tile, J> lane(tile);
+        op(lane);
+      }(),
+      ...);
+}
+
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes>
+__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
+  __shared__ StridedReduceStorage<kTx, kTy> storage;
+  int parity = 0;
+  constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
+  const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
+  for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
+    const int64_t o = t / tiles;
+    const int64_t i = (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
+    StridedTile<Args, kTx, kTy, kCache, kLanes> tile(storage, parity, args, o, i);
+    RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
+    tile.Flush();
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace rownorm
