@@ -224,12 +224,13 @@ class OpInfo:
         return not self.last_dim_only or dim % max(x.dim(), 1) == max(x.dim(), 1) - 1
 
     def sample_inputs(self, device, dtype: torch.dtype) -> Iterator[Sample]:
-        """The op's curated samples (see _SAMPLES; the CPU's subset on the CPU), plus rows
-        that are all zero and, for 16-bit x with parameters, float32 parameters. Draws from
-        torch's global generator."""
-        cpu = torch.device(device).type == "cpu"
+        """The op's curated samples (see _SAMPLES; the CPU's subset on the CPU and for
+        float16), plus rows that are all zero and, for 16-bit x with parameters, float32
+        parameters. Draws from torch's global generator."""
+        # float16 plans and routes as bfloat16 does (same element size): the value samples only
+        short = torch.device(device).type == "cpu" or dtype == torch.float16
         for desc, build, args, on_cpu in _SAMPLES:
-            if cpu and not on_cpu:
+            if short and not on_cpu:
                 continue
             x, dim = build(*args, dtype, device)
             if not self.supports(x, dim):
