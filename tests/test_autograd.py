@@ -253,14 +253,15 @@ def test_gradcheck(device, op_id, overrides, shape, dim):
     def fn(*tensors):
         return op.call(dict(zip(names, tensors, strict=True)), dim)
 
+    # fast_mode: the Jacobian checked along random directions, not column by column
     args = tuple(inp[k].detach().requires_grad_(True) for k in names)
-    assert torch.autograd.gradcheck(fn, args)
+    assert torch.autograd.gradcheck(fn, args, fast_mode=True)
     # Transposed storage (same values): the made-contiguous route, differentiated.
     if len(shape) == 2 and dim == -1:
         args = tuple(a.detach().t().contiguous().t().requires_grad_(True) if a.dim() == 2
                      else a for a in args)  # fmt: skip
         assert not args[0].is_contiguous()
-        assert torch.autograd.gradcheck(fn, args)
+        assert torch.autograd.gradcheck(fn, args, fast_mode=True)
 
 
 @pytest.mark.parametrize("op_id", [k for k, op in families().items() if op.name != "l2_normalize"])

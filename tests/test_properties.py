@@ -133,10 +133,8 @@ def _check(op, inp, dim, desc, values, device):
         for o, r in zip(outs, refs, strict=True):
             assert_matches(o, r, dim=dim, what=desc)
         return
-    # (layer_norm's constant rows: dweight is the accumulator's rounding noise, see OpInfo)
     check_outputs(op, inp, dim, outs, what=desc, vs_torch=False)
-    if not (values == "constant_rows" and op.name == "layer_norm" and "weight" in inp):
-        check_backward(raw_case(op, x), inp, dim, what=desc)
+    check_backward(raw_case(op, x), inp, dim, what=desc)  # (but checks.noisy_grads)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
@@ -162,6 +160,9 @@ def test_rows_are_independent(device):
     @given(problems(device))
     def run(problem):
         op, inp, dim, desc, _ = problem
+        # Contiguous copies: the original and the changed input then share their layout and
+        # alignment (a row moved to another alignment may round differently in the last bit).
+        inp = {k: v.contiguous() for k, v in inp.items()}
         x = inp["x"]
         if x.numel() == 0 or x.numel() == x.shape[dim]:
             return
@@ -170,7 +171,6 @@ def test_rows_are_independent(device):
         dys = tuple(torch.ones_like(o) for o in outs)
         got = case.raw_backward(dys, inp, dim, outs)
         bad = {**inp, "x": x.clone()}
-        bad["x"].movedim(dim, -1).reshape(-1, x.shape[dim])  # (a view when possible)
         moved = bad["x"].movedim(dim, -1)
         moved[(0,) * (moved.dim() - 1)] = float("nan")
         bad_outs = case.raw(bad, dim)

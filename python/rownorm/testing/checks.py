@@ -165,16 +165,28 @@ def check_grads(op: OpInfo, inp, dim: int, dys, got: dict, *, what: str = "", re
             assert_matches(g, refs[name].to(g.dtype), magnitude=mag[name], what=label)
 
 
+def noisy_grads(op: OpInfo, inp, dim: int) -> tuple[str, ...]:
+    """The gradients that are rounding noise for these inputs, not compared with the reference:
+    layer_norm's dweight where a row is constant (ŷ = (x − μ)·rsqrt(eps) is then μ's rounding
+    error in the accumulator, amplified by rsqrt(eps); torch's float32 kernels alike)."""
+    x = inp["x"]
+    if op.name != "layer_norm" or "weight" not in inp or x.numel() == 0 or x.shape[dim] < 2:
+        return ()
+    return ("weight",) if bool((x.amax(dim) == x.amin(dim)).any()) else ()
+
+
 def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = True):
     """Autograd's gradient of every input (of its dtype and shape) and, with ``raw``, the
     ``*_backward`` op's (parameter gradients in the accumulator's dtype) against the
-    reference. Returns (outputs, dys, autograd's gradients)."""
+    reference (but the :func:`noisy_grads`). Returns (outputs, dys, autograd's gradients)."""
     outs, dys, got = autograd_grads(op, inp, dim)
+    skip = noisy_grads(op, inp, dim)
     for name, g in got.items():
         assert g is not None, f"{op} {what}: no gradient for {name}"
         assert g.dtype == inp[name].dtype and g.shape == inp[name].shape, f"{op} {what} d{name}"
     refs = reference_grads(op, inp, dim, dys)
-    check_grads(op, inp, dim, dys, got, what=what + " autograd", refs=refs)
+    compared = {k: v for k, v in got.items() if k not in skip}
+    check_grads(op, inp, dim, dys, compared, what=what + " autograd", refs=refs)
     if raw:
         want = frozenset(p for p in op.params if p in inp)
         detached = tuple(o.detach() for o in outs)
@@ -182,5 +194,6 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
         acc = torch.float64 if inp["x"].dtype == torch.float64 else torch.float32
         for name in want:
             assert got_raw[name].dtype == acc, f"{op} {what} raw d{name}: {got_raw[name].dtype}"
-        check_grads(op, inp, dim, dys, got_raw, what=what + " raw backward", refs=refs)
+        compared = {k: v for k, v in got_raw.items() if k not in skip}
+        check_grads(op, inp, dim, dys, compared, what=what + " raw backward", refs=refs)
     return outs, dys, got

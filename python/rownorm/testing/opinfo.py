@@ -113,26 +113,28 @@ def _contiguous_scaled(rows, n, dtype, device):
     return scaled_rows(rows, n, dtype, device), -1
 
 
-# (description, builder, builder args): the samples of every op; ops reducing the last dim
-# only skip the others. Row counts are odd so that multi-row CTAs end partial.
+# (description, builder, builder args, on the CPU too): the samples of every op; ops reducing
+# the last dim only skip the others. Row counts are odd so that multi-row CTAs end partial.
+# The CPU makes every operand contiguous before its one row loop, so it runs the samples
+# that differ there (lengths, values, inner == 1 or not) and not the pure layouts.
 _SAMPLES = (
-    ("n=1", LAYOUTS["contiguous"], (67, 1)),
-    ("n=7", LAYOUTS["contiguous"], (67, 7)),
-    ("n=33", LAYOUTS["contiguous"], (35, 33)),
-    ("n=1000 norms 1e-2..1e2", _contiguous_scaled, (19, 1000)),
-    ("n=4097 norms 1e-2..1e2", _contiguous_scaled, (5, 4097)),
-    ("misaligned rows n=1025", LAYOUTS["odd_offset"], (19, 1025)),
-    ("row stride n=256", LAYOUTS["row_strided"], (19, 256)),
-    ("stride-0 rows n=33", LAYOUTS["expanded_rows"], (9, 33)),
-    ("stride-0 along dim n=65", LAYOUTS["expanded_along_dim"], (9, 65)),
-    ("transposed n=129", LAYOUTS["transposed"], (19, 129)),
-    ("gapped 3-D n=33", LAYOUTS["3d_gapped"], (9, 33)),
-    ("size-1 dims n=64", LAYOUTS["size_one_dims"], (7, 64)),
-    ("1-D n=100", DIM_CASES["1d"], (100,)),
-    ("dim=0 n=33", DIM_CASES["first"], (33,)),
-    ("dim=-2 n=65", DIM_CASES["middle_negative"], (65,)),
-    ("NCHW channels n=33", DIM_CASES["nchw_wide"], (33,)),
-    ("NHWC channels n=5", DIM_CASES["nhwc_channels"], (5,)),
+    ("n=1", LAYOUTS["contiguous"], (67, 1), True),
+    ("n=7", LAYOUTS["contiguous"], (67, 7), True),
+    ("n=33", LAYOUTS["contiguous"], (35, 33), True),
+    ("n=1000 norms 1e-2..1e2", _contiguous_scaled, (19, 1000), True),
+    ("n=4097 norms 1e-2..1e2", _contiguous_scaled, (5, 4097), False),
+    ("misaligned rows n=1025", LAYOUTS["odd_offset"], (19, 1025), True),
+    ("row stride n=256", LAYOUTS["row_strided"], (19, 256), False),
+    ("stride-0 rows n=33", LAYOUTS["expanded_rows"], (9, 33), False),
+    ("stride-0 along dim n=65", LAYOUTS["expanded_along_dim"], (9, 65), False),
+    ("transposed n=129", LAYOUTS["transposed"], (19, 129), False),
+    ("gapped 3-D n=33", LAYOUTS["3d_gapped"], (9, 33), False),
+    ("size-1 dims n=64", LAYOUTS["size_one_dims"], (7, 64), False),
+    ("1-D n=100", DIM_CASES["1d"], (100,), True),
+    ("dim=0 n=33", DIM_CASES["first"], (33,), False),
+    ("dim=-2 n=65", DIM_CASES["middle_negative"], (65,), True),
+    ("NCHW channels n=33", DIM_CASES["nchw_wide"], (33,), False),
+    ("NHWC channels n=5", DIM_CASES["nhwc_channels"], (5,), False),
 )
 
 
@@ -222,9 +224,14 @@ class OpInfo:
         return not self.last_dim_only or dim % max(x.dim(), 1) == max(x.dim(), 1) - 1
 
     def sample_inputs(self, device, dtype: torch.dtype) -> Iterator[Sample]:
-        """The op's curated samples (see _SAMPLES), plus rows that are all zero and, for
-        16-bit x with parameters, float32 parameters. Draws from torch's global generator."""
-        for desc, build, args in _SAMPLES:
+        """The op's curated samples (see _SAMPLES; the CPU's subset on the CPU and for
+        float16), plus rows that are all zero and, for 16-bit x with parameters, float32
+        parameters. Draws from torch's global generator."""
+        # float16 plans and routes as bfloat16 does (same element size): the value samples only
+        short = torch.device(device).type == "cpu" or dtype == torch.float16
+        for desc, build, args, on_cpu in _SAMPLES:
+            if short and not on_cpu:
+                continue
             x, dim = build(*args, dtype, device)
             if not self.supports(x, dim):
                 continue

@@ -5,8 +5,8 @@
 runs without a GPU) which kernel configuration a row of ``n`` elements gets, from the row
 length and the element size only. The tests do not assert which tier the kernels pick (that is
 the table's business); they take their row lengths from the boundaries it has, so that every
-boundary of every element size is tested just below, at and just above it, and a change of
-the table moves the lengths with it: there is no second copy of the table to keep in step.
+boundary of every element size is tested at and just above it, and a change of the
+table moves the lengths with it: there is no second copy of the table to keep in step.
 """
 
 from __future__ import annotations
@@ -76,14 +76,14 @@ def tier_boundaries(elem_size: int) -> list[int]:
 
 
 def tier_edge_lengths(elem_size: int) -> list[int]:
-    """Row lengths around every tier boundary of an element size: one below (odd, so the row
-    has a scalar tail), at (a whole number of packs), one pack above (the next configuration,
-    still vectorised) and one above (odd). float64 (elem_size 8) always streams on CUDA, so
-    it gets two lengths: an odd one and a whole number of packs."""
+    """Row lengths at every tier boundary of an element size: the edge itself (the largest
+    row of a configuration, a whole number of packs) and one past it (the next configuration,
+    odd: head or tail scalars). Each configuration is so tested aligned (at its upper edge)
+    and odd (one past the edge below it). float64 (elem_size 8) always streams on CUDA, so it
+    gets two lengths: an odd one and a whole number of packs."""
     if elem_size == 8:
         return [1023, 4096]
-    vec = pack_width(elem_size)
     lengths = set()
     for edge in tier_boundaries(elem_size):
-        lengths.update((edge - 1, edge, edge + vec, edge + 1))
+        lengths.update((edge, edge + 1))
     return sorted(lengths)
