@@ -244,7 +244,7 @@ def test_explain_param_grads(op, dtype):
         )
         row = table(m, elem, clusters, wide)
         # The fused path where the table gives a 4-pack CTA (one sum) or a 4-pack group of 16+.
-        fused = row["packs"] == "4" and (
+        fused = row.get("packs") == "4" and (
             (row["tier"] == "cta" and sums == 1)
             or (row["tier"] == "group" and int(row["lanes_per_row"]) >= 16)
         )

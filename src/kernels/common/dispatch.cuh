@@ -47,26 +47,22 @@ class PerDevice {
   }
 
  private:
-  std::atomic<V> values_[kMaxDevices];
-  std::atomic<bool> known_[kMaxDevices];
+  std::atomic<V> values_[kMaxDevices] = {};
+  std::atomic<bool> known_[kMaxDevices] = {};
 };
 
+// What planning reads of a device.
 struct DeviceInfo {
-  int sm_count = 0;
-  int cc_major = 0;
+  int cc_major = 0;  // the cluster tier needs sm_90+
 };
 
-// Attributes of the current device, read once per device (cudaGetDeviceProperties is slow).
+// The current device (in `device`) and its attributes, read once per device.
 inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   static PerDevice<DeviceInfo> cache;
-  cudaError_t err = cudaGetDevice(device);
+  const cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
   return cache.Get(*device, info, [](int d, DeviceInfo* out) {
-    cudaError_t e = cudaDeviceGetAttribute(&out->sm_count, cudaDevAttrMultiProcessorCount, d);
-    if (e == cudaSuccess) {
-      e = cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
-    }
-    return e;
+    return cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
   });
 }
 
@@ -115,9 +111,11 @@ cudaError_t CheckClusterSupport(int device, ClusterSupport* support) {
     const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(attr, kCluster, nullptr);
     int clusters = 0;
     if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    // A failed query means "not co-schedulable" (as on a device without clusters); its error
-    // is cleared so that it does not surface at the next launch.
-    (void)cudaGetLastError();
+    if (err != cudaSuccess) {
+      // A failed query means "not co-schedulable" (as on a device without clusters); its
+      // error is cleared so that it does not surface at the next launch.
+      (void)cudaGetLastError();
+    }
     *out = err == cudaSuccess && clusters >= 1 ? ClusterSupport::kCoScheduled
                                                : ClusterSupport::kNotCoScheduled;
     return cudaSuccess;

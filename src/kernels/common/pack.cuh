@@ -1,8 +1,8 @@
 // Pack<T, N>: N consecutive elements moved with one vector memory instruction.
 //
 // alignas(sizeof(T) * N) makes a Pack<float, 4> or Pack<__nv_bfloat16, 8> a single 16-byte
-// load or store. The caller guarantees the address is aligned to sizeof(Pack); the dispatch
-// layer (dispatch.cuh) picks N so that this holds for every row of every operand.
+// load or store. The caller guarantees the address is aligned to sizeof(Pack); planning
+// (RowVecWidth in plan.h) picks N so that this holds for every row of every operand.
 //
 // A pack of 4 bytes or more is held as raw 32-bit words and converted element by element on
 // access: kept as __nv_bfloat16 values, the compiler spends a register per element (the bf16
