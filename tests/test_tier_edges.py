@@ -10,7 +10,7 @@ table moves the lengths with it. float64 always streams
 (two lengths). One id per (op case, dtype), the lengths iterated inside, forward and backward
 (autograd and the raw backward op, parameter gradients included) against the float64
 reference, with rows spread over four decades of magnitude. The CPU runs one row loop for
-every length (test_correctness covers it); here it checks the mirror against the C++ table.
+every length (test_correctness covers it).
 """
 
 from __future__ import annotations
