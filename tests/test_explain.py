@@ -148,7 +148,7 @@ def test_explain_cpu(op):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(op="rms"), "op must be one of l1_normalize, rms_norm.*got 'rms'"),
+        (dict(op="rms"), "op must be one of l2_normalize, l1_normalize, rms_norm.*got 'rms'"),
         (dict(op="rms_norm", dim=2), r"dim must be in \[-2, 1\] for a 2-d x, got 2"),
         (dict(op="add_rms_norm", dim=0), "add_rms_norm normalizes the last dim only"),
         (dict(op="rms_norm", param_grads=True), "param_grads=True needs backward=True"),

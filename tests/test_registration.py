@@ -162,18 +162,27 @@ SCHEMAS = {
                              "-> (Tensor, Tensor)",
 }  # fmt: skip
 
+# The diagnostics (rownorm.explain): text about the plan of a call, not row ops of the table.
+DIAGNOSTIC_SCHEMAS = {
+    "plan_info": "plan_info(Tensor x, str op, int dim=-1, bool backward=False, "
+                 "bool param_grads=False) -> str",
+    "plan_row_tier": "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True) "
+                     "-> str",
+}  # fmt: skip
+
 
 def test_schemas():
-    """The registered ops are exactly the table's ops and their backward ops, with these
-    schemas (a snapshot of ``op._schema``, compared parsed); none mutates its inputs."""
+    """The registered ops are exactly the table's ops and their backward ops plus the
+    diagnostics, with these schemas (a snapshot of ``op._schema``, compared parsed); none
+    mutates its inputs."""
     names = [n for op in op_names() for n in (op, op + "_backward")]
     assert sorted(names) == sorted(SCHEMAS), "the op table and the schema snapshot differ"
     registered = sorted(n for n in dir(torch.ops.rownorm) if isinstance(
         getattr(torch.ops.rownorm, n, None), torch._ops.OpOverloadPacket))  # fmt: skip
-    assert registered == sorted(SCHEMAS), f"registered ops: {registered}"
-    for name in names:
+    assert registered == sorted(SCHEMAS | DIAGNOSTIC_SCHEMAS), f"registered ops: {registered}"
+    for name, text in (SCHEMAS | DIAGNOSTIC_SCHEMAS).items():
         schema = getattr(torch.ops.rownorm, name).default._schema
-        assert schema == torch._C.parse_schema("rownorm::" + SCHEMAS[name]), str(schema)
+        assert schema == torch._C.parse_schema("rownorm::" + text), str(schema)
         assert not schema.is_mutable, name
 
 

@@ -49,15 +49,18 @@ _registered = False
 
 
 def rownorm_ops() -> list[torch._ops.OpOverload]:
-    """Every ``torch.ops.rownorm`` op overload of the loaded library that computes on tensors
-    (forward and backward); diagnostics without tensor arguments (the tier plan) need no rule."""
+    """Every ``torch.ops.rownorm`` op overload of the loaded library that returns tensors
+    (forward and backward); the diagnostics (plan_info, plan_row_tier) return text and need no
+    rule."""
     names = sorted(
         n.split("::", 1)[1].split(".")[0]
         for n in torch._C._dispatch_get_all_op_names()
         if n.startswith("rownorm::")
     )
     ops = [getattr(torch.ops.rownorm, n).default for n in dict.fromkeys(names)]
-    return [op for op in ops if any(_is_tensor(a) for a in op._schema.arguments)]
+    return [
+        op for op in ops if op._schema.returns and all(_is_tensor(r) for r in op._schema.returns)
+    ]
 
 
 def _is_tensor(arg: torch.Argument) -> bool:
