@@ -37,9 +37,8 @@ cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, cudaStre
 template <class Op>
 cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumPlan>* plan);
 template <class Op>
-cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op,
-                               const FusedSumPlan& plan, AccType<typename Op::Elem>* partial,
-                               cudaStream_t stream);
+cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const FusedSumPlan& plan,
+                               AccType<typename Op::Elem>* partial, cudaStream_t stream);
 
 }  // namespace rownorm
 
@@ -65,9 +64,8 @@ cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumP
   return PlanRowSumOp<Op>(args, plan);
 }
 template <class Op>
-cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op,
-                               const FusedSumPlan& plan, AccType<typename Op::Elem>* partial,
-                               cudaStream_t stream) {
+cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const FusedSumPlan& plan,
+                               AccType<typename Op::Elem>* partial, cudaStream_t stream) {
   return LaunchRowSumOp(args, op, plan, partial, stream);
 }
 }  // namespace rownorm

@@ -66,6 +66,13 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   });
 }
 
+// The element size the tier table plans a problem with: the widest operand's (a pack holds
+// kPackWidth elements of every operand type, so the row is counted in packs of the widest).
+template <class Args>
+constexpr int PlannedElemSize() {
+  return kPackBytes / Args::kPackWidth;
+}
+
 inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
@@ -147,7 +154,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   DeviceInfo dev;
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  *plan = PlanRowProblem(a.n, kPackBytes / Args::kPackWidth, RowVecWidth(a), PlanClusters(dev.cc_major),
+  *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
                          OpTraits<Op>::kWideCluster);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {
@@ -167,7 +174,8 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(
       attr, static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)), stream);
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>(), a, op);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>(), a,
+                            op);
 }
 
 template <class Op, class Args, int kVec>
@@ -197,8 +205,7 @@ cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
 // Runs `op` on every row of `a` on `stream` as `plan` (PlanRowOp of `a`) says; the caller has
 // made the device current. A plan the table never makes is cudaErrorInvalidConfiguration.
 template <class Op, class Args>
-cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan,
-                        cudaStream_t stream) {
+cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
   if (a.rows == 0 || a.n == 0) return cudaSuccess;
   constexpr int kVec = Args::kPackWidth;
   if (plan.tier == RowTier::kStreaming) {
@@ -272,8 +279,9 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   DeviceInfo dev;
   const cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  *plan = PlanFusedSums(a.rows, a.n, kPackBytes / Args::kPackWidth, FusedOperandsAligned(a), PlanClusters(dev.cc_major),
-                        OpTraits<Op>::kWideCluster, OpTraits<Op>::kColumnSums);
+  *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
+                        PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
+                        OpTraits<Op>::kColumnSums);
   return cudaSuccess;
 }
 
@@ -299,7 +307,8 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args:
 }
 
 // Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
-// sums as plan.chunks chunk partials to `partial` (OpTraits<Op>::kColumnSums x chunks x n accumulators).
+// sums as plan.chunks chunk partials to `partial` (OpTraits<Op>::kColumnSums x chunks x n
+// accumulators).
 template <class Op, class Args>
 cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan,
                            AccType<typename Args::InElem>* partial, cudaStream_t stream) {

@@ -250,16 +250,15 @@ StridedPlan PlanStridedOp(const Args& a) {
   // one full tile of columns and every operand is aligned to a pack (not for float64).
   const uintptr_t in_bytes = sizeof(typename Args::InElem) * kLanes;
   const uintptr_t out_bytes = sizeof(typename Args::OutElem) * kLanes;
-  bool packs = sizeof(typename Args::InElem) != 8 && a.inner % kLanes == 0 &&
-               a.inner >= kStridedTx * kLanes;
+  bool packs =
+      sizeof(typename Args::InElem) != 8 && a.inner % kLanes == 0 && a.inner >= kStridedTx * kLanes;
   for (int j = 0; j < Args::kNumOut; ++j) {
     packs = packs && reinterpret_cast<uintptr_t>(a.out[j]) % out_bytes == 0;
   }
   for (int i = 0; i < Args::kNumIn; ++i) {
     packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
   }
-  return packs ? StridedPlan{StridedKind::kPacked, kLanes}
-               : StridedPlan{StridedKind::kCached, 1};
+  return packs ? StridedPlan{StridedKind::kPacked, kLanes} : StridedPlan{StridedKind::kCached, 1};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -292,7 +291,7 @@ inline std::string Describe(const FusedSumPlan& f) {
 inline std::string Describe(const StridedPlan& p) {
   const char* kernel = p.kernel == StridedKind::kPacked   ? "packed"
                        : p.kernel == StridedKind::kCached ? "cached"
-                                                            : "streamed";
+                                                          : "streamed";
   return std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
          " threads=" + std::to_string(kStridedTx * kStridedTy);
 }
