@@ -302,12 +302,12 @@ def write_plots(results: Sequence[Result], info: RunInfo, out_dir: str) -> list[
                     )
                     if not pts:
                         continue
-                    is_ours = any(is_ours(r) for r in sub if r.impl == impl)
+                    ours = any(is_ours(r) for r in sub if r.impl == impl)
                     ax.plot(
                         [p[0] for p in pts],
                         [p[1] for p in pts],
                         marker="o",
-                        linewidth=2.5 if is_ours else 1.3,
+                        linewidth=2.5 if ours else 1.3,
                         label=_label(op, impl),
                     )
                 if info.copy_gbps:
