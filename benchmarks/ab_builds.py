@@ -46,16 +46,10 @@ def cases() -> list[dict]:
             for n in ROW_NS:
                 if dtype == "float32" and n not in (1024, 16384, 262144):
                     continue
-                out.append(
-                    {"op": op, "dtype": dtype, "shape": [elems // n, n], "dim": -1}
-                )
+                out.append({"op": op, "dtype": dtype, "shape": [elems // n, n], "dim": -1})
     for op in ("rms_norm", "l2_normalize"):
-        out.append(
-            {"op": op, "dtype": "float32", "shape": [16, 64, 256, 256], "dim": 1}
-        )
-        out.append(
-            {"op": op, "dtype": "bfloat16", "shape": [32, 32, 256, 256], "dim": 1}
-        )
+        out.append({"op": op, "dtype": "float32", "shape": [16, 64, 256, 256], "dim": 1})
+        out.append({"op": op, "dtype": "bfloat16", "shape": [32, 32, 256, 256], "dim": 1})
     return out
 
 
@@ -130,9 +124,7 @@ def worker(iters: int, samples: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--a", required=True, help="PYTHONPATH of build A (the baseline)"
-    )
+    parser.add_argument("--a", required=True, help="PYTHONPATH of build A (the baseline)")
     parser.add_argument("--b", required=True, help="PYTHONPATH of build B")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timed sample")
@@ -157,9 +149,7 @@ def main() -> None:
                 "--b",
                 "",
             ]
-            out = subprocess.run(
-                cmd, env=env, check=True, capture_output=True, text=True
-            )
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
             runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {rep} side {side} done", flush=True)
     lines = [
@@ -191,11 +181,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write(report)
-    print(
-        "\n".join(
-            lines[:2] + [ln for ln in lines[2:] if float(ln.split("|")[8]) > 1.03]
-        )
-    )
+    print("\n".join(lines[:2] + [ln for ln in lines[2:] if float(ln.split("|")[8]) > 1.03]))
     print(summary)
 
 
