@@ -1,4 +1,4 @@
-"""l2_normalize: the properties only it has. The generic suite (op_table.OPS, "l2") runs it
+"""l2_normalize: the properties only it has. The generic suite (rownorm.testing.OPS) runs it
 through every row length, tier, layout, dim, poisoned output and stream like every other op.
 
 Specification: ``torch.ops.rownorm.l2_normalize(x, dim=-1, eps=1e-12)`` equals

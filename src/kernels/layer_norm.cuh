@@ -11,8 +11,8 @@
 //             (y = 0; NaN for eps = 0 where var is 0), where μ₀ alone gives ŷ = ±1 whenever
 //             (c − μ₀)² ≫ eps.
 //   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
-//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where dispatch.cuh's
-//             FusedPlan takes them: with two sums, groups of 16+ lanes only; else
+//             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where plan.h's
+//             PlanFusedSums takes them: with two sums, groups of 16+ lanes only; else
 //             kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from

@@ -4,7 +4,7 @@
 //
 //   forward   y  = x·r·w,   r = 1/sqrt(mean(x²) + eps)            (w = 1 without a weight)
 //   backward  g = w⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g)), ŷ = x·r
-//             dw = Σ_rows dy⊙ŷ  (fused column sums where dispatch.cuh's FusedPlan takes them,
+//             dw = Σ_rows dy⊙ŷ  (fused column sums where plan.h's PlanFusedSums takes them,
 //             else kernels/param_grad.h from the (0, r) saved per row here)
 //   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
 //             (rms_norm(h), h): two outputs (the schema's and Python's `r`; h here, as r is

@@ -5,7 +5,7 @@
 //   tier_kernels.cuh  the __global__ kernels that run an op body on those views
 //
 // The op concept (what an op body may use) is in op_traits.h, the row interface shared with the
-// CPU rows in row_ops.h, the tier table and the launches in dispatch.cuh.
+// CPU rows in row_ops.h, the tier table in plan.h and the launches in dispatch.cuh.
 #pragma once
 
 #include "kernels/common/op_traits.h"

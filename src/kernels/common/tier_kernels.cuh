@@ -1,5 +1,5 @@
 // The __global__ kernels of the tiers: each builds the row view of its tier for every row it
-// owns and runs the op body on it (the tier table that picks one is in dispatch.cuh).
+// owns and runs the op body on it (the tier table that picks one is in plan.h).
 //
 //   GroupRowKernel      kWidth (4..32) lanes per row, several rows per CTA; row in registers.
 //   CtaRowKernel        one CTA per row; row in registers, warp shuffles + one smem round.
