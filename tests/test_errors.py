@@ -235,7 +235,7 @@ def test_zero_dim_compiled(device, op_id):
 
 def test_sparse(device):
     """Sparse x (COO, CSR): the public functions and modules say it must be dense; the raw
-    ops refuse it too."""
+    ops (forward, and backward with a sparse grad) name the op and the argument too."""
     for op in FAMILIES.values():
         for fmt in ("coo", "csr"):
             dense = _x((3, 4), device=device)
@@ -251,8 +251,17 @@ def test_sparse(device):
                     ValueError, match=re.escape("x must be a dense (strided) tensor")
                 ):
                     module(*[inp[k] for k in op.row_inputs])
-            with pytest.raises((RuntimeError, NotImplementedError)):
+            with pytest.raises(
+                RuntimeError, match=re.escape(f"{op.name}: x must be a dense (strided) tensor")
+            ):
                 _raw(op, inp, -1)
+            dense_inp = op.inputs(dense, -1)
+            outs = op.raw(dense_inp, -1)
+            grads = [o.to_sparse() if fmt == "coo" else o.to_sparse_csr() for o in outs]
+            args = op.backward_args(tuple(grads), dense_inp, -1, outs, frozenset())
+            name = f"{op.name}_backward: grad must be a dense (strided) tensor"
+            with pytest.raises(RuntimeError, match=re.escape(name)):
+                op.backward_op(*args)
 
 
 @cuda_only
