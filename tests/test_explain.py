@@ -167,9 +167,10 @@ def test_explain_bad_input():
         rownorm.explain(torch.tensor(1.0))
 
 
-def _logged(code: str) -> list[str]:
+def _run_logged(code: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` (after ``import rownorm, torch``) in a new interpreter, plan log on."""
     env = dict(os.environ, ROWNORM_LOG_PLAN="1")
-    run = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", f"import rownorm, torch\n{code}"],
         env=env,
         capture_output=True,
@@ -177,7 +178,10 @@ def _logged(code: str) -> list[str]:
         check=True,
         timeout=300,
     )
-    return [line for line in run.stderr.splitlines() if line.startswith("rownorm: ")]
+
+
+def _logged(code: str) -> list[str]:
+    return [line for line in _run_logged(code).stderr.splitlines() if line.startswith("rownorm: ")]
 
 
 def test_log_plan_cpu():
@@ -279,15 +283,7 @@ def test_log_plan_matches_explain():
         "rownorm.rms_norm(x)\n"
         "print(rownorm.explain(x, 'rms_norm').raw)\n"
     )
-    env = dict(os.environ, ROWNORM_LOG_PLAN="1")
-    run = subprocess.run(
-        [sys.executable, "-c", f"import rownorm, torch\n{code}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
+    run = _run_logged(code)
     logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: rms_norm:")]
     assert len(logged) == 1
     words = dict(w.split("=", 1) for w in logged[0].split(": ", 2)[2].split())

@@ -21,6 +21,7 @@ from utils import (
     TOL,
     assert_matches,
     assert_new_contiguous,
+    clamped_rows,
     dtype_id,
     randn,
     scaled_rows,
@@ -61,20 +62,6 @@ SHAPES = [((5, 7), -1), ((129, 3), 0), ((4, 33, 6), 1), ((3, 1025), 1)]
 def _seed(x: torch.Tensor, dim: int) -> torch.Tensor:
     """The seed expression the op replaces (eps = 0), along ``dim``."""
     return x / torch.norm(x, p=2, dim=dim, keepdim=True)
-
-
-def _clamped_rows(rows: int, n: int, dtype: torch.dtype, device, eps: float) -> torch.Tensor:
-    """Rows whose norms lie well below, well above, and at zero relative to ``eps``.
-
-    Norms are kept at least a factor 2 away from eps so the clamp's kink is never crossed by
-    rounding or by gradcheck's finite differences.
-    """
-    x = randn((rows, n), torch.float64, "cpu")
-    x = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    scales = torch.tensor([0.1, 0.45, 3.0, 20.0], dtype=torch.float64).repeat(rows)[:rows]
-    x = x * (scales * eps).unsqueeze(1)
-    x[rows // 2] = 0
-    return x.to(device=device, dtype=dtype)
 
 
 def _vector_norm(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -142,7 +129,7 @@ def test_unit_rows(device, dtype, shape_dim):
 def test_eps_clamps(device, dtype, eps, n):
     """Rows with ‖x‖ < eps give x / eps and the gradient dy / eps; the others unit rows and
     the projected gradient; both equal F.normalize's (float64 autograd on the rounded x)."""
-    x = _clamped_rows(16, n, dtype, device, eps)
+    x = clamped_rows(16, n, dtype, device, eps)
     dy = randn(x.shape, dtype, device)
     leaf = x.clone().requires_grad_(True)
     y = rownorm.l2_normalize(leaf, -1, eps)
