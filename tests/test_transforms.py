@@ -1,9 +1,9 @@
 """Autograd transforms: forward-mode AD and torch.func.
 
-rownorm registers reverse-mode formulas only. Forward-mode AD (torch.func.jvp / jacfwd,
-torch.autograd.forward_ad) and torch.func's gradient transforms (grad, jacrev, hessian) raise
-an error naming the op, through the public function and the raw op alike, instead of a zero
-or None tangent. torch.func.vmap runs through batching rules (the vmapped dim becomes more
+Forward-mode AD (torch.func.jvp / jacfwd, torch.autograd.forward_ad) gives torch's tangents
+through the public functions and the raw forward ops (it was a silent zero / None); the raw
+backward ops and torch.func's gradient transforms (grad, jacrev, hessian) raise an error naming
+the op. torch.func.vmap runs through batching rules (the vmapped dim becomes more
 rows), matching the per-sample results without vmap's slow fallback.
 """
 
@@ -13,6 +13,7 @@ import pytest
 import rownorm
 import torch
 import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
 from torch.func import grad, hessian, jacrev, jvp, vmap
 
 N = 6
@@ -48,21 +49,93 @@ def _x(device):
     return torch.randn(4, N, dtype=torch.float64, device=device)
 
 
+def _torch_calls(device):
+    """torch's own ops, with the same parameters as _calls (same seed order)."""
+    w, b, res = _p(device), _p(device), torch.randn(4, N, dtype=torch.float64, device=device)
+    return {
+        "rms_norm": lambda x: F.rms_norm(x, (N,), w),
+        "layer_norm": lambda x: F.layer_norm(x, (N,), w, b),
+        "softmax": lambda x: torch.softmax(x, -1),
+        "log_softmax": lambda x: torch.log_softmax(x, -1),
+        "l2_normalize": lambda x: F.normalize(x, 2.0, -1),
+        "l1_normalize": lambda x: F.normalize(x, 1.0, -1),
+        "add_rms_norm": lambda x: F.rms_norm(x + res, (N,), w),
+    }
+
+
 @pytest.mark.parametrize("op", OPS)
-def test_forward_ad_raises(op, device):
-    """torch.func.jvp and forward_ad dual tensors: a clear error, never a zero/None tangent."""
-    for fn in _calls(device)[op]:
-        x = _x(device)
-        with pytest.raises(RuntimeError, match=rf"rownorm\.{op}: forward-mode AD is not supported"):
+def test_forward_ad_matches_torch(op, device):
+    """torch.func.jvp, jacfwd and forward_ad dual tensors give torch's tangents (were zero /
+    None), through the public function and the raw op."""
+    torch.manual_seed(0)
+    calls = _calls(device)
+    torch.manual_seed(0)
+    ref = _torch_calls(device)[op]
+    x = _x(device)
+    v = torch.randn_like(x)
+    want = jvp(ref, (x,), (v,))[1]
+    want_jac = torch.func.jacfwd(ref)(x)
+    for fn in calls[op]:
+        out, tangent = jvp(fn, (x,), (v,))
+        torch.testing.assert_close(out, fn(x))
+        torch.testing.assert_close(tangent, want)
+        torch.testing.assert_close(torch.func.jacfwd(fn)(x), want_jac)
+        with fwAD.dual_level():
+            got = fwAD.unpack_dual(fn(fwAD.make_dual(x, v))).tangent
+        torch.testing.assert_close(got, want)
+
+
+def test_forward_ad_parameters_and_dim(device):
+    """Tangents of weight, bias and residual, and a non-last dim."""
+    x, w, b = _x(device), _p(device), _p(device)
+    res = torch.randn_like(x)
+    tx, tw, tb, tr = (
+        torch.randn_like(x),
+        torch.randn_like(w),
+        torch.randn_like(b),
+        torch.randn_like(x),
+    )
+    cases = [
+        (rownorm.layer_norm, lambda x, w, b: F.layer_norm(x, (N,), w, b), (x, w, b), (tx, tw, tb)),
+        (rownorm.rms_norm, lambda x, w: F.rms_norm(x, (N,), w), (x, w), (tx, tw)),
+        (
+            lambda x, r, w: rownorm.add_rms_norm(x, r, w),
+            lambda x, r, w: (F.rms_norm(x + r, (N,), w), x + r),
+            (x, res, w),
+            (tx, tr, tw),
+        ),
+        (lambda x: rownorm.softmax(x, 0), lambda x: torch.softmax(x, 0), (x,), (tx,)),
+        (lambda x: rownorm.l2_normalize(x, 0), lambda x: F.normalize(x, dim=0), (x,), (tx,)),
+    ]
+    for fn, ref, primals, tangents in cases:
+        torch.testing.assert_close(jvp(fn, primals, tangents)[1], jvp(ref, primals, tangents)[1])
+
+
+def test_forward_ad_with_reverse_mode(device):
+    """A dual tensor that also requires grad: the tangent, and backward still works."""
+    x, w = _x(device).requires_grad_(), _p(device)
+    v = torch.randn_like(x)
+    want = jvp(lambda t: F.rms_norm(t, (N,), w), (x.detach(),), (v,))[1]
+    with fwAD.dual_level():
+        out = rownorm.rms_norm(fwAD.make_dual(x, v), w)
+        torch.testing.assert_close(fwAD.unpack_dual(out).tangent, want)
+        out.sum().backward()
+    x2 = x.detach().requires_grad_()
+    F.rms_norm(x2, (N,), w).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_forward_ad_backward_ops_raise(device):
+    """The raw *_backward ops have no forward-mode formula: an error naming the op."""
+    x, g = _x(device), _x(device)
+    ops = torch.ops.rownorm
+    for name, fn in (
+        ("softmax_backward", lambda t: ops.softmax_backward(g, t, -1)),
+        ("l2_normalize_backward", lambda t: ops.l2_normalize_backward(g, t, -1, 1e-12)),
+        ("rms_norm_backward", lambda t: ops.rms_norm_backward(g, t, None, -1, 1e-6, False)[0]),
+    ):
+        with pytest.raises(RuntimeError, match=rf"rownorm\.{name}: forward-mode AD is not"):
             jvp(fn, (x,), (torch.ones_like(x),))
-        with fwAD.dual_level(), pytest.raises(RuntimeError, match=rf"rownorm\.{op}: forward-mode"):
-            fn(fwAD.make_dual(x, torch.ones_like(x)))
-
-
-def test_forward_ad_tangent_on_weight_raises(device):
-    x, w = _x(device), _p(device)
-    with fwAD.dual_level(), pytest.raises(RuntimeError, match=r"rownorm\.rms_norm: forward-mode"):
-        rownorm.rms_norm(x, fwAD.make_dual(w, torch.ones_like(w)))
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -220,20 +220,20 @@ def _register_fake(qualname: str, fake=None):
 
 def _forward_ad_error(op: str) -> RuntimeError:
     return RuntimeError(
-        f"rownorm.{op}: forward-mode AD is not supported (torch.func.jvp, jacfwd, hessian, "
-        f"torch.autograd.forward_ad dual tensors): rownorm registers only reverse-mode "
-        f"formulas, and a forward-mode tangent through {op} would silently be zero. Use "
-        f"reverse mode (loss.backward(), torch.autograd.grad) or, for forward-mode AD, the "
-        f"equivalent PyTorch ops (torch.nn.functional) for {op}."
+        f"rownorm.{op}: forward-mode AD is not supported (torch.func.jvp, jacfwd, "
+        f"torch.autograd.forward_ad dual tensors): {op} has no forward-mode formula (only "
+        f"the forward ops do), and a tangent through it would silently be zero. Use reverse "
+        f"mode (loss.backward(), torch.autograd.grad) or the equivalent PyTorch ops."
     )
 
 
 def _functorch_error(op: str) -> RuntimeError:
     return RuntimeError(
-        f"rownorm.{op}: the torch.func gradient transforms (grad, vjp, jacrev, jacfwd, hessian) "
-        f"are not supported: rownorm registers its gradients for regular autograd only. Use "
-        f"loss.backward() / torch.autograd.grad (torch.func.vmap is supported), or the "
-        f"equivalent PyTorch ops (torch.nn.functional) for {op} under torch.func."
+        f"rownorm.{op}: the torch.func reverse-mode transforms (grad, grad_and_value, vjp, "
+        f"jacrev, hessian) are not supported: rownorm registers its gradients for regular "
+        f"autograd only. Use loss.backward() / torch.autograd.grad (torch.func.jvp, jacfwd "
+        f"and vmap are supported), or the equivalent PyTorch ops (torch.nn.functional) for "
+        f"{op} under torch.func."
     )
 
 
@@ -246,14 +246,43 @@ def _has_tangent(args) -> bool:
     return False
 
 
+# Forward ops whose tangents come from rownorm.reference (torch ops in float64 on the dual
+# inputs, so the tangent is torch's own forward-mode formula); the backward ops raise.
+_JVP_OPS = frozenset(
+    ("l2_normalize", "l1_normalize", "rms_norm", "layer_norm", "softmax", "log_softmax")
+    + ("add_rms_norm",)
+)
+
+
+def _forward_ad(op, name: str, args, kwargs):
+    """The op's output from the kernel on the primals, with the tangent of the float64
+    reference composite evaluated on the dual inputs (rounded to the output's dtype)."""
+    from rownorm import reference  # imports this module
+
+    ref = getattr(reference, name)(*args, **kwargs)
+    primals = [fwAD.unpack_dual(a).primal if isinstance(a, torch.Tensor) else a for a in args]
+    out = op(*primals, **kwargs)
+
+    def dual(o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        tangent = fwAD.unpack_dual(r).tangent
+        if tangent is None:
+            tangent = torch.zeros_like(o)
+        return fwAD.make_dual(o, tangent.to(o.dtype).contiguous())
+
+    if isinstance(out, tuple):
+        return tuple(dual(o, r) for o, r in zip(out, ref, strict=True))
+    return dual(out, ref)
+
+
 def _register_autograd(qualname: str, backward, setup_context=None) -> None:
-    """``torch.library.register_autograd``, plus clear errors for what it cannot do.
+    """``torch.library.register_autograd``, plus forward-mode AD and clear errors.
 
     Its kernel handles only reverse mode: a forward-mode tangent is dropped (the output is not
     a dual tensor, so jvp returns zeros and forward_ad a None tangent), and under torch.func's
     grad transforms it fails with a message about autograd.Function's setup_context. This
-    kernel raises an error naming the op instead, and otherwise calls the same kernel
-    register_autograd would register.
+    kernel computes the tangent of the forward ops (``_forward_ad``), raises an error naming
+    the op for the backward ops and the torch.func grad transforms, and otherwise calls the
+    kernel register_autograd would register.
     """
     op = torch._library.utils.lookup_op(qualname)
     name = qualname.removeprefix("rownorm::")
@@ -263,7 +292,9 @@ def _register_autograd(qualname: str, backward, setup_context=None) -> None:
 
     def kernel(keyset, *args, **kwargs):
         if fwAD._current_level >= 0 and _has_tangent(args):
-            raise _forward_ad_error(name)
+            if name not in _JVP_OPS:
+                raise _forward_ad_error(name)
+            return _forward_ad(op, name, args, kwargs)
         try:
             return inner(keyset, *args, **kwargs)
         except RuntimeError as e:
