@@ -14,6 +14,9 @@ the autograd formulas cast them to the parameter's dtype.
 from __future__ import annotations
 
 import torch
+import torch._library.autograd
+import torch._library.utils
+import torch.autograd.forward_ad as fwAD
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -173,7 +176,7 @@ def _no_double_backward(op: str):
 
 
 def _register_no_double_backward(op: str) -> None:
-    torch.library.register_autograd(f"rownorm::{op}_backward", _no_double_backward(op))
+    _register_autograd(f"rownorm::{op}_backward", _no_double_backward(op))
 
 
 # ---- registration shared by every op --------------------------------------------------------
@@ -210,6 +213,96 @@ def _register_fake(qualname: str, fake=None):
     fake, so none is left without it)."""
     _reject_sparse(qualname.removeprefix("rownorm::"))
     return torch.library.register_fake(qualname, fake)
+
+
+# ---- autograd transforms: forward-mode AD and functorch -------------------------------------
+
+
+def _forward_ad_error(op: str) -> RuntimeError:
+    return RuntimeError(
+        f"rownorm.{op}: forward-mode AD is not supported (torch.func.jvp, jacfwd, "
+        f"torch.autograd.forward_ad dual tensors): {op} has no forward-mode formula (only "
+        f"the forward ops do), and a tangent through it would silently be zero. Use reverse "
+        f"mode (loss.backward(), torch.autograd.grad) or the equivalent PyTorch ops."
+    )
+
+
+def _functorch_error(op: str) -> RuntimeError:
+    return RuntimeError(
+        f"rownorm.{op}: the torch.func reverse-mode transforms (grad, grad_and_value, vjp, "
+        f"jacrev, hessian) are not supported: rownorm registers its gradients for regular "
+        f"autograd only. Use loss.backward() / torch.autograd.grad (torch.func.jvp, jacfwd "
+        f"and vmap are supported), or the equivalent PyTorch ops (torch.nn.functional) for "
+        f"{op} under torch.func."
+    )
+
+
+def _has_tangent(args) -> bool:
+    """Whether a tensor argument is a dual tensor of the current forward-AD level (also the
+    level torch.func.jvp opens)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and fwAD.unpack_dual(a).tangent is not None:
+            return True
+    return False
+
+
+# Forward ops whose tangents come from rownorm.reference (torch ops in float64 on the dual
+# inputs, so the tangent is torch's own forward-mode formula); the backward ops raise.
+_JVP_OPS = frozenset(
+    ("l2_normalize", "l1_normalize", "rms_norm", "layer_norm", "softmax", "log_softmax")
+    + ("add_rms_norm",)
+)
+
+
+def _forward_ad(op, name: str, args, kwargs):
+    """The op's output from the kernel on the primals, with the tangent of the float64
+    reference composite evaluated on the dual inputs (rounded to the output's dtype)."""
+    from rownorm import reference  # imports this module
+
+    ref = getattr(reference, name)(*args, **kwargs)
+    primals = [fwAD.unpack_dual(a).primal if isinstance(a, torch.Tensor) else a for a in args]
+    out = op(*primals, **kwargs)
+
+    def dual(o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        tangent = fwAD.unpack_dual(r).tangent
+        if tangent is None:
+            tangent = torch.zeros_like(o)
+        return fwAD.make_dual(o, tangent.to(o.dtype).contiguous())
+
+    if isinstance(out, tuple):
+        return tuple(dual(o, r) for o, r in zip(out, ref, strict=True))
+    return dual(out, ref)
+
+
+def _register_autograd(qualname: str, backward, setup_context=None) -> None:
+    """``torch.library.register_autograd``, plus forward-mode AD and clear errors.
+
+    Its kernel handles only reverse mode: a forward-mode tangent is dropped (the output is not
+    a dual tensor, so jvp returns zeros and forward_ad a None tangent), and under torch.func's
+    grad transforms it fails with a message about autograd.Function's setup_context. This
+    kernel computes the tangent of the forward ops (``_forward_ad``), raises an error naming
+    the op for the backward ops and the torch.func grad transforms, and otherwise calls the
+    kernel register_autograd would register.
+    """
+    op = torch._library.utils.lookup_op(qualname)
+    name = qualname.removeprefix("rownorm::")
+    inner = torch._library.autograd.make_autograd_impl(
+        op, torch._library.autograd.Info(backward, setup_context)
+    )
+
+    def kernel(keyset, *args, **kwargs):
+        if fwAD._current_level >= 0 and _has_tangent(args):
+            if name not in _JVP_OPS:
+                raise _forward_ad_error(name)
+            return _forward_ad(op, name, args, kwargs)
+        try:
+            return inner(keyset, *args, **kwargs)
+        except RuntimeError as e:
+            if "must override the setup_context staticmethod" in str(e):
+                raise _functorch_error(name) from None
+            raise
+
+    _LIB.impl(name, kernel, "Autograd", with_keyset=True)
 
 
 # ---- l2_normalize -------------------------------------------------------------------------
@@ -250,7 +343,7 @@ def _l2_normalize_backward(ctx, grad: torch.Tensor):
     return grad_x, None, None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "rownorm::l2_normalize", _l2_normalize_backward, setup_context=_l2_normalize_setup_context
 )
 
@@ -291,7 +384,7 @@ def _l2_normalize_double_backward(ctx, u: torch.Tensor):
     return d_grad, d_x, None, None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "rownorm::l2_normalize_backward",
     _l2_normalize_double_backward,
     setup_context=_l2_normalize_backward_setup_context,
@@ -335,7 +428,7 @@ def _l1_normalize_backward(ctx, grad: torch.Tensor):
     return grad_x, None, None, None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "rownorm::l1_normalize", _l1_normalize_backward, setup_context=_l1_normalize_setup_context
 )
 _register_no_double_backward("l1_normalize")
@@ -394,9 +487,7 @@ def _rms_norm_backward(ctx, grad: torch.Tensor):
     return grad_x, grad_w, None, None
 
 
-torch.library.register_autograd(
-    "rownorm::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context
-)
+_register_autograd("rownorm::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context)
 _register_no_double_backward("rms_norm")
 
 # ---- layer_norm ---------------------------------------------------------------------------
@@ -461,7 +552,7 @@ def _layer_norm_backward(ctx, grad: torch.Tensor):
     return grad_x, grad_w, grad_b, None, None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "rownorm::layer_norm", _layer_norm_backward, setup_context=_layer_norm_setup_context
 )
 _register_no_double_backward("layer_norm")
@@ -509,7 +600,7 @@ def _softmax_autograd(op: str):
 for _op in ("softmax", "log_softmax"):
     _register_fake(f"rownorm::{_op}", _softmax_fake(_op))
     _register_fake(f"rownorm::{_op}_backward", _softmax_backward_fake(f"{_op}_backward"))
-    torch.library.register_autograd(
+    _register_autograd(
         f"rownorm::{_op}", _softmax_autograd(_op), setup_context=_softmax_setup_context
     )
     _register_no_double_backward(_op)
@@ -580,7 +671,102 @@ def _add_rms_norm_backward(ctx, grad_out: torch.Tensor | None, grad_r: torch.Ten
     return d_r if need_x else None, d_r if need_res else None, grad_w, None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "rownorm::add_rms_norm", _add_rms_norm_backward, setup_context=_add_rms_norm_setup_context
 )
 _register_no_double_backward("add_rms_norm")
+
+# ---- vmap batching rules ------------------------------------------------------------------
+#
+# A row op batches by adding rows: the vmapped dim moves to the front and the op runs once on
+# the stacked tensor, with a non-negative ``dim`` shifted by one (a negative dim already counts
+# from the end). A batched weight or bias cannot be folded into rows: those calls run the op
+# per sample, as vmap's fallback would.
+
+
+def _to_front(t: torch.Tensor | None, bdim: int | None, size: int) -> torch.Tensor | None:
+    if t is None:
+        return None
+    if bdim is None:
+        return t.unsqueeze(0).expand(size, *t.shape)
+    return t.movedim(bdim, 0)
+
+
+def _batched_dim(dim: int) -> int:
+    return dim + 1 if dim >= 0 else dim
+
+
+def _per_sample(op, size: int, in_dims, args):
+    """Runs ``op`` per sample; the vmapped args are moved to the front and indexed."""
+    moved = [
+        _to_front(a, d, size) if d is not None else a for a, d in zip(args, in_dims, strict=True)
+    ]
+    outs = [
+        op(*[m[i] if d is not None else m for m, d in zip(moved, in_dims, strict=True)])
+        for i in range(size)
+    ]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs, strict=True)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
+
+
+def _full_args(op, args, in_dims):
+    """The dispatcher drops trailing arguments equal to their defaults: put them back (and a
+    None in_dim for each)."""
+    schema_args = op._schema.arguments
+    full = list(args) + [a.default_value for a in schema_args[len(args) :]]
+    return full, tuple(in_dims) + (None,) * (len(full) - len(in_dims))
+
+
+def _vmap_x_rule(name: str, n_params: int):
+    """Batching rule of an op ``(x, *params, dim, *rest)`` with ``n_params`` per-column
+    parameters after x."""
+    op = getattr(torch.ops.rownorm, name).default
+
+    def rule(info, in_dims, *args):
+        args, in_dims = _full_args(op, args, in_dims)
+        x, params, dim, rest = (
+            args[0],
+            args[1 : 1 + n_params],
+            args[1 + n_params],
+            args[2 + n_params :],
+        )
+        if any(d is not None for d in in_dims[1 : 1 + n_params]):
+            return _per_sample(
+                lambda *a: op(*a, dim, *rest),
+                info.batch_size,
+                in_dims[: 1 + n_params],
+                (x, *params),
+            )
+        xb = _to_front(x, in_dims[0], info.batch_size)
+        return op(xb, *params, _batched_dim(dim), *rest), 0
+
+    return rule
+
+
+for _name, _n in (
+    ("l2_normalize", 0),
+    ("l1_normalize", 0),
+    ("rms_norm", 1),
+    ("layer_norm", 2),
+    ("softmax", 0),
+    ("log_softmax", 0),
+):
+    torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name, _n), lib=_LIB)
+del _name, _n
+
+
+def _add_rms_norm_vmap(info, in_dims, *args):
+    op = torch.ops.rownorm.add_rms_norm.default
+    (x, residual, weight, eps), in_dims = _full_args(op, args, in_dims)
+    if in_dims[2] is not None:
+        return _per_sample(
+            lambda *a: op(*a, eps), info.batch_size, in_dims[:3], (x, residual, weight)
+        )
+    # dim is -1: the rows of x and residual stack without shifting it.
+    xb = _to_front(x, in_dims[0], info.batch_size)
+    rb = _to_front(residual, in_dims[1], info.batch_size)
+    return op(xb, rb, weight, eps), (0, 0)
+
+
+torch.library.register_vmap("rownorm::add_rms_norm", _add_rms_norm_vmap, lib=_LIB)
