@@ -17,16 +17,21 @@ constexpr int PackWidthOf() {
   return 16 / static_cast<int>(sizeof(TIn) > sizeof(TOut) ? sizeof(TIn) : sizeof(TOut));
 }
 
-// `rows` rows of `n` unit-stride elements; input i's row r starts at in[i] + r * in_stride[i],
-// output j's at out[j] + r * out_stride[j].
-template <typename TIn, int kIn, typename TOut = TIn, int kOut = 1>
-struct RowArgs {
+// The operand types of a problem, shared by both argument layouts below: kIn inputs of TIn
+// and kOut outputs of TOut, moved in packs of kPackWidth elements of each.
+template <typename TIn, int kIn, typename TOut, int kOut>
+struct OperandTypes {
   using InElem = TIn;
   using OutElem = TOut;
   static constexpr int kNumIn = kIn;
   static constexpr int kNumOut = kOut;
   static constexpr int kPackWidth = PackWidthOf<TIn, TOut>();
+};
 
+// `rows` rows of `n` unit-stride elements; input i's row r starts at in[i] + r * in_stride[i],
+// output j's at out[j] + r * out_stride[j].
+template <typename TIn, int kIn, typename TOut = TIn, int kOut = 1>
+struct RowArgs : OperandTypes<TIn, kIn, TOut, kOut> {
   const TIn* in[kIn];
   int64_t in_stride[kIn];
   TOut* out[kOut];
@@ -38,13 +43,7 @@ struct RowArgs {
 // Contiguous (outer, d, inner) operands reduced over d: the strided-dim path when inner > 1,
 // and every problem of the CPU rows (which make their operands contiguous first).
 template <typename TIn, int kIn, typename TOut = TIn, int kOut = 1>
-struct StridedArgs {
-  using InElem = TIn;
-  using OutElem = TOut;
-  static constexpr int kNumIn = kIn;
-  static constexpr int kNumOut = kOut;
-  static constexpr int kPackWidth = PackWidthOf<TIn, TOut>();
-
+struct StridedArgs : OperandTypes<TIn, kIn, TOut, kOut> {
   const TIn* in[kIn];
   TOut* out[kOut];
   int64_t outer;

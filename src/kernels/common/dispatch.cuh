@@ -260,15 +260,6 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
   return cudaErrorInvalidConfiguration;
 }
 
-// Plans and runs `op` on every row of `a`.
-template <class Op, class Args>
-cudaError_t LaunchRowOp(const Args& a, const Op& op, cudaStream_t stream) {
-  if (a.rows == 0 || a.n == 0) return cudaSuccess;
-  RowPlan plan;
-  const cudaError_t err = PlanRowOp<Op>(a, &plan);
-  return err != cudaSuccess ? err : LaunchRowOp(a, op, plan, stream);
-}
-
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
