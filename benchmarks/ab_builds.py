@@ -39,21 +39,21 @@ OPS = (
 )
 
 
-def cases() -> list[dict]:
+def cases(ops: tuple[str, ...] = OPS) -> list[dict]:
     out = []
-    for op in OPS:
+    for op in ops:
         for dtype, elems in (("bfloat16", 1 << 27), ("float32", 1 << 26)):
             for n in ROW_NS:
                 if dtype == "float32" and n not in (1024, 16384, 262144):
                     continue
                 out.append({"op": op, "dtype": dtype, "shape": [elems // n, n], "dim": -1})
-    for op in ("rms_norm", "l2_normalize"):
+    for op in [o for o in ("rms_norm", "l2_normalize") if o in ops]:
         out.append({"op": op, "dtype": "float32", "shape": [16, 64, 256, 256], "dim": 1})
         out.append({"op": op, "dtype": "bfloat16", "shape": [32, 32, 256, 256], "dim": 1})
     return out
 
 
-def worker(iters: int, samples: int = 3) -> None:
+def worker(iters: int, ops: tuple[str, ...], samples: int = 3) -> None:
     import rownorm
     import torch
 
@@ -114,7 +114,7 @@ def worker(iters: int, samples: int = 3) -> None:
         return statistics.median(times)
 
     results = {}
-    for case in cases():
+    for case in cases(ops):
         for backward in (False, True):
             key = json.dumps([case, backward])
             results[key] = run(case, backward)
@@ -128,11 +128,12 @@ def main() -> None:
     parser.add_argument("--b", required=True, help="PYTHONPATH of build B")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timed sample")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma list of ops (default: all)")
     parser.add_argument("--out", default=None, help="markdown report path")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.iters)
+        worker(args.iters, tuple(args.ops.split(",")))
         return
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for rep in range(args.reps):
@@ -144,6 +145,8 @@ def main() -> None:
                 "--worker",
                 "--iters",
                 str(args.iters),
+                "--ops",
+                args.ops,
                 "--a",
                 "",
                 "--b",
