@@ -4,12 +4,11 @@
 //
 //   forward   μ = mean(x), var = mean((x − μ)²) (biased, two passes over the row: stable),
 //             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b
-//             The mean is corrected in the second pass (RowMoments): μ₀ = Σx/n rounds, so
-//             μ = μ₀ + Σd/n and var = Σd²/n − (Σd/n)² with d = x − μ₀. On a constant row c,
-//             d = c − μ₀ is the same exact value everywhere, Σd = n·d is exact (d is a few
-//             units in the last place of c) and μ comes out as c, so x − μ = 0 as in torch
-//             (y = 0; NaN for eps = 0 where var is 0), where μ₀ alone gives ŷ = ±1 whenever
-//             (c − μ₀)² ≫ eps.
+//             The mean is taken shifted by the row's first element x₀: μ = x₀ + Σ(x − x₀)/n.
+//             On a constant row c every x − x₀ is 0, so μ = c exactly and x − μ = 0 as in
+//             torch (y = b; NaN for eps = 0, where var is 0), where Σx/n rounds and gives
+//             ŷ = ±1 whenever (c − Σx/n)² ≫ eps. Same cost as Σx/n: one sum per pass, and the
+//             one extra load of x₀ is a cache hit.
 //   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
 //             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where plan.h's
 //             PlanFusedSums takes them: with two sums, groups of 16+ lanes only; else
@@ -28,20 +27,13 @@
 
 namespace rownorm {
 
-// μ and var from μ₀ = Σx/n and the second pass's Σd², Σd (d = x − μ₀): see the header. The
-// variance is clamped at 0 against rounding (by a comparison, so that NaN stays NaN).
-template <typename Acc>
-struct RowMoments {
-  Acc mu;
-  Acc var;
-
-  ROWNORM_HOST_DEVICE RowMoments(Acc mu0, Acc sum_d2, Acc sum_d, Acc n) {
-    const Acc shift = sum_d / n;
-    const Acc v = sum_d2 / n - shift * shift;
-    mu = mu0 + shift;
-    var = v < Acc(0) ? Acc(0) : v;
-  }
-};
+// μ = x₀ + Σ(x − x₀)/n with x₀ the row's first element: exact on constant rows (see the header).
+template <class Row, typename Acc = typename Row::Acc>
+ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
+  const Acc x0 = row.First();
+  return x0 + row.Reduce(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; }) /
+                  static_cast<Acc>(row.Size());
+}
 
 template <typename T, typename Acc, typename W>
 struct LayerNormFwdOp {
@@ -54,14 +46,12 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    const Acc mu0 = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0]; }) / n;
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [mu0](const Acc* x, int64_t) {
-      const Acc d = x[0] - mu0;
-      return Array<Acc, 2>{{d * d, d}};
-    });
-    const RowMoments<Acc> m(mu0, s[0], s[1], n);
-    const Acc mu = m.mu;
-    const Acc r = Acc(1) / Sqrt(m.var + eps);
+    const Acc mu = ShiftedMean(row);
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
+    const Acc r = Acc(1) / Sqrt(var + eps);
     StoreWith(
         row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
         ParamList<W, 2>{{weight, bias}, {1.0f, 0.0f}});
@@ -87,18 +77,16 @@ struct LayerNormBwdOp {
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
-    // μ₀ and (Σd², Σg, Σd·g, Σd) with d = x − μ₀; Σ(x − μ)·g = Σd·g − (μ − μ₀)·Σg
-    const Acc mu0 = row.Reduce(SumOp{}, [](const Acc* v, int64_t) { return v[0]; }) / n;
-    const Array<Acc, 4> s = row.Reduce(SumOp{}, [mu0, w](const Acc* v, int64_t col) {
-      const Acc d = v[0] - mu0;
+    // μ, then (Σ(x − μ)², Σg, Σ(x − μ)·g)
+    const Acc mu = ShiftedMean(row);
+    const Array<Acc, 3> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
+      const Acc d = v[0] - mu;
       const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
-      return Array<Acc, 4>{{d * d, g, d * g, d}};
+      return Array<Acc, 3>{{d * d, g, d * g}};
     });
-    const RowMoments<Acc> m(mu0, s[0], s[3], n);
-    const Acc mu = m.mu;
-    const Acc r = Acc(1) / Sqrt(m.var + eps);
+    const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
     const Acc mean_g = s[1] / n;
-    const Acc c = r * r * (s[2] - (mu - mu0) * s[1]) / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
+    const Acc c = r * r * s[2] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;
       stats[2 * row.Index() + 1] = r;

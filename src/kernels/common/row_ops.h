@@ -6,7 +6,9 @@
 // inlines into the tier kernels as if written out):
 //   ForEachValue(g)     g(const Acc* x, int64_t col) for each element of the row this thread owns;
 //   AllReduce(v, op)    v combined over the threads that share the row, in every one of them;
-//   StoreTo<j>(f)       output j at col = f(x, col) for each element this thread owns.
+//   StoreTo<j>(f)       output j at col = f(x, col) for each element this thread owns;
+//   First()             element 0 of the row of input 0, in every thread (a shift that makes
+//                       sums exact on constant rows: layer_norm.cuh).
 #pragma once
 
 #include <cstdint>

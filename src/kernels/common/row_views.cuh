@@ -148,6 +148,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   ROWNORM_DEVICE bool Leader() const {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
   }
+  ROWNORM_DEVICE Acc First() const { return ToAcc(row0_[0]); }
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
@@ -244,7 +245,8 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
  protected:
   ROWNORM_DEVICE PackedRow(Team& team, const Args& args, int64_t row, bool valid)
       : team_(team),
-        geo_(In(args, 0, row, valid), args.n),
+        row0_(In(args, 0, row, valid)),
+        geo_(row0_, args.n),
         own_(team, geo_, valid),
         n_(args.n),
         row_(row),
@@ -272,6 +274,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   Team& team_;
+  const TIn* row0_;  // input 0's row
   RowGeometry<TIn, kVec> geo_;
   Ownership<Team, kVec> own_;
   TOut* out_[kOut];

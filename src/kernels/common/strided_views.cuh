@@ -103,6 +103,7 @@ class StridedRow
   ROWNORM_DEVICE int64_t Size() const { return at_.d; }
   ROWNORM_DEVICE int64_t Index() const { return at_.index; }
   ROWNORM_DEVICE bool Leader() const { return at_.valid && threadIdx.y == 0; }
+  ROWNORM_DEVICE Acc First() const { return ToAcc(at_.in[0][0]); }
 
   // Primitives of RowOps.
   template <typename Op, typename V>
@@ -206,6 +207,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   ROWNORM_DEVICE int64_t Size() const { return t_.at.d; }
   ROWNORM_DEVICE int64_t Index() const { return t_.at.index + J; }
   ROWNORM_DEVICE bool Leader() const { return t_.at.valid && threadIdx.y == 0; }
+  ROWNORM_DEVICE Acc First() const { return ToAcc(t_.at.in[0][J]); }
 
   // Primitives of RowOps.
   template <typename Op, typename V>

@@ -34,6 +34,7 @@ class CpuRow : public RowOps<CpuRow<Args>, double> {
   int64_t Size() const { return d_; }
   int64_t Index() const { return index_; }
   bool Leader() const { return true; }
+  Acc First() const { return static_cast<Acc>(ToAcc(in_[0][0])); }
 
   // Primitives of RowOps.
   template <typename Op, typename V>
