@@ -312,6 +312,37 @@ def test_default_eps_is_torchs(device, op_id):
             assert_matches(got, expected, dim=-1, what="module")
 
 
+@pytest.mark.parametrize("fn", ["rms_norm", "add_rms_norm"])
+def test_casting_modes(device, fn):
+    """casting_mode="llama" rounds ŷ to x's dtype before the weight: the same result as "once"
+    for float64 x (the rounding is the identity there), another one for 16-bit x; both keep
+    x's dtype with a float32 weight (torch's promotion would give float32). Gemma's offset is
+    added in float32: a bf16 weight near 0 keeps its low bits in 1 + w."""
+    call = getattr(rownorm, fn)
+    for dtype in DTYPES:
+        x = randn((9, 96), dtype, device)
+        args = (x, randn(x.shape, dtype, device)) if fn == "add_rms_norm" else (x,)
+        for w_dtype in {dtype, torch.float32}:
+            w = (1 + 0.1 * randn((96,), torch.float32, device)).to(w_dtype)
+            once = call(*args, w, eps=1e-6)
+            llama = call(*args, w, eps=1e-6, casting_mode="llama")
+            once, llama = (once[0], llama[0]) if fn == "add_rms_norm" else (once, llama)
+            assert once.dtype == llama.dtype == dtype
+            if dtype != torch.float32:  # float32: rounded where the kernel computes in float64
+                assert torch.equal(once, llama) == (dtype == torch.float64), (dtype, w_dtype)
+    x = randn((9, 96), torch.bfloat16, device)
+    args = (x, torch.zeros_like(x)) if fn == "add_rms_norm" else (x,)
+    w = (1e-3 * randn((96,), torch.float32, device)).to(torch.bfloat16)
+    out = call(*args, w, eps=1e-6, weight_offset=1.0)
+    out = out[0] if fn == "add_rms_norm" else out
+    xf = x.float()
+    yhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    exact = (yhat * (1.0 + w.float())).to(torch.bfloat16)  # Gemma's expression
+    rounded = (yhat * (1 + w).float()).to(torch.bfloat16)  # 1 + w made in bf16 first
+    assert (out != exact).float().mean() < 0.01
+    assert not torch.equal(exact, rounded), "the probe must tell the two apart"
+
+
 @pytest.mark.parametrize("op_id", ["l2_normalize", "l1"])
 def test_normalize_propagates_nan(device, op_id):
     """A NaN in a row makes the whole row NaN, as in F.normalize; the other rows are finite."""

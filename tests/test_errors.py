@@ -90,6 +90,14 @@ def forward_cases(op, device) -> list[tuple[str, object, dict, int, str]]:
              "residual must have x's dtype float32, got int64"),
         ):  # fmt: skip
             cases.append((f"residual {what}", op, {**good, "residual": t}, -1, re.escape(msg)))
+    if op.name in ("rms_norm", "add_rms_norm"):  # the keyword options of the RMSNorm ops
+        mode = dataclasses.replace(op, options={"casting_mode": "fp32"})
+        msg = "casting_mode must be 'once' or 'llama', got 'fp32'"
+        cases.append(("casting_mode", mode, good, -1, re.escape(msg)))
+        offset = dataclasses.replace(op, params=(), options={"weight_offset": 1.0})
+        no_weight = {k: v for k, v in good.items() if k != "weight"}
+        msg = "weight_offset needs a weight, got weight=None and weight_offset=1"
+        cases.append(("weight_offset without weight", offset, no_weight, -1, re.escape(msg)))
     return cases
 
 
@@ -196,6 +204,12 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
             cases.append(
                 ("weight shape", case, args(inp=inp), r"weight must have shape \(4,\).*got \(5,\)")
             )
+    if op.name in ("rms_norm", "add_rms_norm"):
+        offset = dataclasses.replace(case, options={"weight_offset": 1.0})
+        no_weight = {k: v for k, v in good.items() if k != "weight"}
+        msg = "weight_offset needs a weight, got weight=None and weight_offset=1"
+        cases.append(("weight_offset without weight", offset,
+                      args(c=offset, inp=no_weight, w=frozenset()), re.escape(msg)))  # fmt: skip
     if op.n_outputs > 1:
         g2 = _x(dtype=torch.float16, device=device)
         cases.append(("grad_residual dtype", case, args(d=(dys[0], g2)),

@@ -192,6 +192,30 @@ def test_modules_check_the_normalized_size(device):
             module.to(device)(x)
 
 
+@pytest.mark.parametrize("cls", ["RMSNorm", "AddRMSNorm"])
+def test_rms_norm_options(device, cls):
+    """weight_offset and casting_mode: the weight starts at 1 − weight_offset (Gemma's zeros
+    for 1.0, so the scale starts at 1), they show in the repr, reach the function, and are
+    checked when the module is made."""
+    make = getattr(rownorm.nn, cls)
+    gemma = make(N, eps=1e-6, weight_offset=1.0, device=device)
+    assert torch.equal(gemma.weight, torch.zeros(N, device=device))
+    assert "weight_offset=1.0" in repr(gemma) and "casting_mode" not in repr(gemma)
+    llama = _randomize(make(N, eps=1e-6, casting_mode="llama", device=device, dtype=torch.bfloat16))
+    assert "casting_mode='llama'" in repr(llama)
+    x = randn((5, N), torch.bfloat16, device)
+    args = (x, torch.zeros_like(x)) if cls == "AddRMSNorm" else (x,)
+    out = llama(*args)
+    out = out[0] if cls == "AddRMSNorm" else out
+    w = llama.weight.detach()
+    assert torch.equal(out, rownorm.rms_norm(x, w, eps=1e-6, casting_mode="llama"))
+    assert not torch.equal(out, rownorm.rms_norm(x, w, eps=1e-6)), "the modes differ in bf16"
+    with pytest.raises(ValueError, match=re.escape(f"{cls}: weight_offset needs a weight")):
+        make(N, elementwise_affine=False, weight_offset=1.0)
+    with pytest.raises(ValueError, match=re.escape(f"{cls}: casting_mode must be one of")):
+        make(N, casting_mode="gemma")
+
+
 @pytest.mark.parametrize("affine", [True, False], ids=["affine", "no_affine"])
 def test_add_rms_norm_module(device, affine):
     """AddRMSNorm(x, residual) = (RMSNorm(x + residual), x + residual), with RMSNorm's state."""

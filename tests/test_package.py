@@ -151,13 +151,19 @@ def test_public_api():
 
 def test_python_dash_m_rownorm():
     """``python -m rownorm`` passes its self-check; ``import rownorm`` loads neither the op
-    table nor the benchmark, and the self-check loads no benchmark code (one interpreter for
-    both: each costs a torch import)."""
+    table, the benchmark, the integrations nor transformers, and the self-check loads no
+    benchmark code; ``rownorm.patch_model`` loads the transformers integration but not
+    transformers itself (one interpreter for all: each costs a torch import)."""
     code = (
         "import runpy, sys, rownorm\n"
         "loaded = lambda p: sorted(m for m in sys.modules if m.startswith(p))\n"
         "assert not loaded('rownorm.testing'), loaded('rownorm.testing')\n"
         "assert not loaded('rownorm.bench'), loaded('rownorm.bench')\n"
+        "assert not loaded('rownorm.integrations'), loaded('rownorm.integrations')\n"
+        "assert not loaded('transformers'), loaded('transformers')\n"
+        "assert callable(rownorm.patch_model) and callable(rownorm.patch_modeling)\n"
+        "assert loaded('rownorm.integrations.transformers')\n"
+        "assert not loaded('transformers'), loaded('transformers')\n"
         "sys.argv = ['rownorm', '--no-timing']\n"
         "try:\n"
         "    runpy.run_module('rownorm', run_name='__main__', alter_sys=True)\n"

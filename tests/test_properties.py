@@ -69,6 +69,7 @@ def problems(draw, device: str):
     inp = op.inputs(x, dim, residual=res)
     if not with_params:
         inp = {k: v for k, v in inp.items() if k in op.row_inputs}
+        op = op.without_params()
     desc = f"{op.id} {dtype} {tuple(shape)} dim={dim} {layout} {values} params={with_params}"
     return op, inp, dim, desc, values
 

@@ -143,9 +143,11 @@ SCHEMAS = {
         "l1_normalize(Tensor x, int dim=-1, float eps=1e-12, bool mean=False) -> Tensor",
     "l1_normalize_backward": "l1_normalize_backward(Tensor grad, Tensor x, int dim=-1, "
                              "float eps=1e-12, bool mean=False) -> Tensor",
-    "rms_norm": "rms_norm(Tensor x, Tensor? weight=None, int dim=-1, float? eps=None) -> Tensor",
+    "rms_norm": "rms_norm(Tensor x, Tensor? weight=None, int dim=-1, float? eps=None, "
+                "float weight_offset=0., str casting_mode=\"once\") -> Tensor",
     "rms_norm_backward": "rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, "
-                         "float eps, bool weight_grad) -> (Tensor, Tensor)",
+                         "float eps, bool weight_grad, float weight_offset=0.) "
+                         "-> (Tensor, Tensor)",
     "layer_norm": "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, int dim=-1, "
                   "float eps=1e-05) -> Tensor",
     "layer_norm_backward": "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, "
@@ -156,10 +158,11 @@ SCHEMAS = {
     "log_softmax": "log_softmax(Tensor x, int dim=-1) -> Tensor",
     "log_softmax_backward": "log_softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor",
     "add_rms_norm": "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, "
-                    "float? eps=None) -> (Tensor, Tensor)",
+                    "float? eps=None, float weight_offset=0., str casting_mode=\"once\") "
+                    "-> (Tensor, Tensor)",
     "add_rms_norm_backward": "add_rms_norm_backward(Tensor grad, Tensor? grad_residual, "
-                             "Tensor r, Tensor? weight, float eps, bool weight_grad) "
-                             "-> (Tensor, Tensor)",
+                             "Tensor r, Tensor? weight, float eps, bool weight_grad, "
+                             "float weight_offset=0.) -> (Tensor, Tensor)",
 }  # fmt: skip
 
 # The diagnostics (rownorm.explain): text about the plan of a call, not row ops of the table.

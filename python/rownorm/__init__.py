@@ -38,8 +38,22 @@ __all__ = [
     "layer_norm",
     "log_softmax",
     "nn",
+    "patch_model",
+    "patch_modeling",
     "reference",
     "rms_norm",
     "softmax",
     "__version__",
 ]
+
+# Hugging Face transformers integration (rownorm.integrations.transformers), imported on first
+# use: `import rownorm` imports neither it nor transformers.
+_LAZY = {"patch_model", "patch_modeling"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from rownorm.integrations import transformers as _hf
+
+        return getattr(_hf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -74,18 +74,36 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     dim: int = -1,
     eps: float | None = None,
+    *,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> torch.Tensor:
-    r"""RMS-normalizes ``x`` along ``dim``: ``y = x · rsqrt(mean(x²) + eps) · w``.
+    r"""RMS-normalizes ``x`` along ``dim``: ``y = ŷ · (w + weight_offset)``,
+    ``ŷ = x · rsqrt(mean(x²) + eps)``.
 
     Over the last dim, ``torch.nn.functional.rms_norm(x, (x.size(-1),), weight, eps)``
     (``w = 1`` without a weight); over another dim, the same with that dim moved last. With
     ``eps=None`` it uses what ``F.rms_norm`` uses: ``torch.finfo(torch.float32).eps`` (float64
-    x: ``finfo(float64)``). The output has
-    ``x``'s dtype also for a float32 weight with float16/bfloat16 ``x``.
+    x: ``finfo(float64)``).
 
-    Backward, with ``r = rsqrt(mean(x²) + eps)``, ``ŷ = x·r``, ``g = w⊙dy`` (recomputing r in
-    the pass that reads ``dy``): ``dx = r·(g − ŷ·mean(ŷ⊙g))``; ``dweight = Σ_rows dy⊙ŷ``
-    (deterministic float32 partial sums, cast to ``weight.dtype``).
+    ``weight_offset``: Gemma's ``(1 + w)`` is ``weight_offset=1.0``; ``w + weight_offset`` is
+    formed in float32 inside the kernel (a bf16 ``1 + w`` made beforehand would be rounded, and
+    cost another pass). ``casting_mode`` says where the result is rounded to ``x.dtype``:
+
+    * ``"once"`` (default): ``ŷ · (w + weight_offset)`` in float32, rounded once (Gemma's
+      ``(ŷ * (1 + w.float())).type_as(x)``);
+    * ``"llama"``: ``ŷ`` rounded to ``x.dtype`` first, then multiplied by the weight and rounded
+      again: Hugging Face's LlamaRMSNorm ``weight * ŷ.to(input_dtype)`` (bit-equal for a weight
+      in x's dtype).
+
+    The output has ``x``'s dtype also for a float32 weight with float16/bfloat16 ``x``, where
+    torch's type promotion (``F.rms_norm``'s composite, or LlamaRMSNorm's ``weight * ...``)
+    returns float32.
+
+    Backward, with ``r = rsqrt(mean(x²) + eps)``, ``ŷ = x·r``, ``g = (w + weight_offset)⊙dy``
+    (recomputing r in the pass that reads ``dy``): ``dx = r·(g − ŷ·mean(ŷ⊙g))``;
+    ``dweight = Σ_rows dy⊙ŷ`` (deterministic float32 partial sums, cast to ``weight.dtype``).
+    In both casting modes it is the gradient of the unrounded formula.
 
     Args:
         x: float32, float16, bfloat16 or float64 tensor of any rank ≥ 1, on CPU or CUDA.
@@ -94,12 +112,14 @@ def rms_norm(
         dim: the dimension reduced over (negative counts from the end).
         eps: added to the mean square, ≥ 0; None: F.rms_norm's default (the float32 epsilon;
             float64's for float64 x).
+        weight_offset: added to the weight (needs a weight when nonzero).
+        casting_mode: ``"once"`` or ``"llama"`` (see above).
 
     Returns:
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("rms_norm", x)
-    return torch.ops.rownorm.rms_norm(x, weight, dim, eps)
+    return torch.ops.rownorm.rms_norm(x, weight, dim, eps, weight_offset, casting_mode)
 
 
 def layer_norm(
@@ -179,15 +199,19 @@ def add_rms_norm(
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    *,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Residual add + RMSNorm over the last dim (a pre-norm transformer block), fused:
-    ``r = x + residual``; ``out = r · rsqrt(mean(r²) + eps) · w``; returns ``(out, r)``.
+    ``r = x + residual``; ``out = rms_norm(r, weight, eps=eps, weight_offset=weight_offset,
+    casting_mode=casting_mode)``; returns ``(out, r)``.
 
     Same result as ``r = x + residual; (F.rms_norm(r, (r.size(-1),), weight, eps), r)``:
     ``r`` is rounded to ``x.dtype`` (as torch's ``x + residual`` is) and ``out`` is the norm of
     that rounded ``r``. With ``eps=None`` it uses F.rms_norm's default (the float32 epsilon;
-    float64's for float64 x). One pass reads
-    ``x`` and ``residual`` and writes ``out`` and ``r``.
+    float64's for float64 x); ``weight_offset`` and ``casting_mode`` as in :func:`rms_norm`.
+    One pass reads ``x`` and ``residual`` and writes ``out`` and ``r``.
 
     Backward, given ``dout`` and ``dr`` (the gradient reaching ``r`` directly, e.g. through the
     next block's residual stream): ``d(x) = d(residual) = dr + rms_norm's dx(dout, r)``, and
@@ -200,10 +224,12 @@ def add_rms_norm(
             float32.
         eps: added to the mean square, ≥ 0; None: F.rms_norm's default (the float32 epsilon;
             float64's for float64 x).
+        weight_offset: added to the weight (needs a weight when nonzero).
+        casting_mode: ``"once"`` or ``"llama"`` (see :func:`rms_norm`).
 
     Returns:
         ``(out, r)``: two new contiguous tensors of ``x``'s shape and dtype.
     """
     _check_dense("add_rms_norm", x)
     _check_dense("add_rms_norm", residual, "residual")
-    return torch.ops.rownorm.add_rms_norm(x, residual, weight, eps)
+    return torch.ops.rownorm.add_rms_norm(x, residual, weight, eps, weight_offset, casting_mode)

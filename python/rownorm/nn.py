@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from rownorm import functional as F
+from rownorm.ops import CASTING_MODES
 
 
 def _normalized_shape(module: str, normalized_shape: int | Sequence[int]) -> tuple[int]:
@@ -101,12 +102,22 @@ class LogSoftmax(Softmax):
 
 class _RMSNormBase(torch.nn.Module):
     """What :class:`RMSNorm` and :class:`AddRMSNorm` share: torch.nn.RMSNorm's arguments,
-    attributes and ``weight`` (ones, shape ``normalized_shape``, None without affine)."""
+    attributes and ``weight`` (shape ``normalized_shape``, None without affine; initialized to
+    ``1 − weight_offset``, so that the scale ``weight + weight_offset`` starts at 1: ones, or
+    zeros for Gemma's ``weight_offset=1``), plus ``weight_offset`` and ``casting_mode``."""
 
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    __constants__ = [
+        "normalized_shape",
+        "eps",
+        "elementwise_affine",
+        "weight_offset",
+        "casting_mode",
+    ]
     normalized_shape: tuple[int]
     eps: float | None
     elementwise_affine: bool
+    weight_offset: float
+    casting_mode: str
 
     def __init__(
         self,
@@ -115,14 +126,28 @@ class _RMSNormBase(torch.nn.Module):
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        weight_offset: float = 0.0,
+        casting_mode: str = "once",
     ) -> None:
         super().__init__()
         name = type(self).__name__
         self.normalized_shape = _normalized_shape(name, normalized_shape)
         if eps is not None and eps < 0:
             raise ValueError(f"{name}: eps must be >= 0, got {eps}")
+        if weight_offset != 0 and not elementwise_affine:
+            raise ValueError(
+                f"{name}: weight_offset needs a weight (elementwise_affine=True), got "
+                f"weight_offset={weight_offset}"
+            )
+        if casting_mode not in CASTING_MODES:
+            raise ValueError(
+                f"{name}: casting_mode must be one of {CASTING_MODES}, got {casting_mode!r}"
+            )
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.weight_offset = float(weight_offset)
+        self.casting_mode = casting_mode
         if elementwise_affine:
             self.weight = torch.nn.Parameter(
                 torch.empty(self.normalized_shape, device=device, dtype=dtype)
@@ -133,21 +158,29 @@ class _RMSNormBase(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
+            torch.nn.init.constant_(self.weight, 1.0 - self.weight_offset)
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )
+        if self.weight_offset != 0:
+            text += f", weight_offset={self.weight_offset}"
+        if self.casting_mode != "once":
+            text += f", casting_mode={self.casting_mode!r}"
+        return text
 
 
 class RMSNorm(_RMSNormBase):
-    """``y = x · rsqrt(mean(x²) + eps) · weight`` along ``dim`` (see :func:`rownorm.rms_norm`).
+    """``y = x · rsqrt(mean(x²) + eps) · (weight + weight_offset)`` along ``dim`` (see
+    :func:`rownorm.rms_norm`).
 
     A drop-in for ``torch.nn.RMSNorm(normalized_shape, eps, elementwise_affine, device,
     dtype)`` with a one-element ``normalized_shape``; ``eps=None`` is what torch's uses (the
     float32 epsilon; float64's for float64 x). ``dim`` selects the normalized dim (default:
-    the last, as torch's).
+    the last, as torch's). ``weight_offset=1.0`` is Gemma's ``(1 + weight)`` (the weight then
+    starts at zeros, as Gemma's does); ``casting_mode="llama"`` rounds the normalized value to
+    x's dtype before the weight multiplies it, as Hugging Face's LlamaRMSNorm does.
     """
 
     __constants__ = [*_RMSNormBase.__constants__, "dim"]
@@ -161,13 +194,30 @@ class RMSNorm(_RMSNormBase):
         dtype: torch.dtype | None = None,
         *,
         dim: int = -1,
+        weight_offset: float = 0.0,
+        casting_mode: str = "once",
     ) -> None:
-        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
+        super().__init__(
+            normalized_shape,
+            eps,
+            elementwise_affine,
+            device,
+            dtype,
+            weight_offset=weight_offset,
+            casting_mode=casting_mode,
+        )
         self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_size("RMSNorm", x, self.dim, self.normalized_shape)
-        return F.rms_norm(x, self.weight, self.dim, self.eps)
+        return F.rms_norm(
+            x,
+            self.weight,
+            self.dim,
+            self.eps,
+            weight_offset=self.weight_offset,
+            casting_mode=self.casting_mode,
+        )
 
     def extra_repr(self) -> str:
         text = super().extra_repr()
@@ -179,12 +229,20 @@ class AddRMSNorm(_RMSNormBase):
     ``(rms_norm(r) · weight, r)`` with ``r = x + residual`` (see :func:`rownorm.add_rms_norm`).
 
     Arguments and parameters as ``torch.nn.RMSNorm`` (``normalized_shape`` is the hidden
-    size), so its ``state_dict`` is interchangeable with that of torch's or rownorm's RMSNorm.
+    size), so its ``state_dict`` is interchangeable with that of torch's or rownorm's RMSNorm;
+    ``weight_offset`` and ``casting_mode`` as :class:`RMSNorm`'s.
     """
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _check_size("AddRMSNorm", x, -1, self.normalized_shape)
-        return F.add_rms_norm(x, residual, self.weight, self.eps)
+        return F.add_rms_norm(
+            x,
+            residual,
+            self.weight,
+            self.eps,
+            weight_offset=self.weight_offset,
+            casting_mode=self.casting_mode,
+        )
 
 
 class LayerNorm(torch.nn.Module):

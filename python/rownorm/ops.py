@@ -123,6 +123,27 @@ def check_weight_grad(op: str, weight: torch.Tensor | None, weight_grad: bool) -
     )
 
 
+# rms_norm / add_rms_norm's casting modes: how the normalized value ŷ meets the weight.
+CASTING_MODES = ("once", "llama")
+
+
+def check_weight_offset(op: str, weight: torch.Tensor | None, weight_offset: float) -> None:
+    torch._check(
+        weight is not None or weight_offset == 0,
+        lambda: (
+            f"{op}: weight_offset needs a weight, got weight=None and "
+            f"weight_offset={weight_offset:g}"
+        ),
+    )
+
+
+def check_casting_mode(op: str, casting_mode: str) -> None:
+    torch._check(
+        casting_mode in CASTING_MODES,
+        lambda: f"{op}: casting_mode must be 'once' or 'llama', got '{casting_mode}'",
+    )
+
+
 def resolve_eps(x: torch.Tensor, eps: float | None) -> float:
     """``eps=None`` of rms_norm / add_rms_norm: the epsilon of the accumulation type.
 
@@ -442,11 +463,15 @@ def _rms_norm_fake(
     weight: torch.Tensor | None = None,
     dim: int = -1,
     eps: float | None = None,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> torch.Tensor:
     op = "rms_norm"
     dim = check_rowwise_input(op, x, dim)
     check_eps(op, resolve_eps(x, eps))
     check_param(op, "weight", weight, x, dim)
+    check_weight_offset(op, weight, weight_offset)
+    check_casting_mode(op, casting_mode)
     return _new_like(x)
 
 
@@ -458,6 +483,7 @@ def _rms_norm_backward_fake(
     dim: int,
     eps: float,
     weight_grad: bool,
+    weight_offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     op = "rms_norm_backward"
     dim = check_rowwise_input(op, x, dim)
@@ -465,15 +491,18 @@ def _rms_norm_backward_fake(
     check_like(op, "grad", grad, x)
     check_param(op, "weight", weight, x, dim)
     check_weight_grad(op, weight, weight_grad)
+    check_weight_offset(op, weight, weight_offset)
     return _new_like(x), _param_grad(x, dim, weight_grad)
 
 
 def _rms_norm_setup_context(ctx, inputs, output) -> None:
-    x, weight, dim, eps = inputs
-    # The backward recomputes rsqrt(mean(x²) + eps) from x in the pass that reads dy.
+    x, weight, dim, eps, weight_offset, _casting_mode = inputs
+    # The backward recomputes rsqrt(mean(x²) + eps) from x in the pass that reads dy. It is
+    # the gradient of the unrounded formula in both casting modes, so it needs no mode.
     ctx.save_for_backward(x, weight)
     ctx.dim = dim
     ctx.eps = resolve_eps(x, eps)
+    ctx.weight_offset = weight_offset
 
 
 def _rms_norm_backward(ctx, grad: torch.Tensor):
@@ -481,10 +510,12 @@ def _rms_norm_backward(ctx, grad: torch.Tensor):
     need_x, need_w = _needs_input_grad(ctx, 2)
     grad_x = grad_w = None
     if need_x or need_w:
-        dx, dw = torch.ops.rownorm.rms_norm_backward(grad, x, weight, ctx.dim, ctx.eps, need_w)
+        dx, dw = torch.ops.rownorm.rms_norm_backward(
+            grad, x, weight, ctx.dim, ctx.eps, need_w, ctx.weight_offset
+        )
         grad_x = dx if need_x else None
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
-    return grad_x, grad_w, None, None
+    return grad_x, grad_w, None, None, None, None
 
 
 _register_autograd("rownorm::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context)
@@ -615,12 +646,16 @@ def _add_rms_norm_fake(
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     op = "add_rms_norm"
     dim = check_rowwise_input(op, x, -1)
     check_like(op, "residual", residual, x)
     check_eps(op, resolve_eps(x, eps))
     check_param(op, "weight", weight, x, dim)
+    check_weight_offset(op, weight, weight_offset)
+    check_casting_mode(op, casting_mode)
     return _new_like(x), _new_like(x)
 
 
@@ -632,6 +667,7 @@ def _add_rms_norm_backward_fake(
     weight: torch.Tensor | None,
     eps: float,
     weight_grad: bool,
+    weight_offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     op = "add_rms_norm_backward"
     # As in C++, r is checked (and named) as the x of rms_norm.
@@ -640,19 +676,21 @@ def _add_rms_norm_backward_fake(
     check_like(op, "grad", grad, r)
     check_param(op, "weight", weight, r, dim)
     check_weight_grad(op, weight, weight_grad)
+    check_weight_offset(op, weight, weight_offset)
     if grad_residual is not None:
         check_like(op, "grad_residual", grad_residual, r)
     return _new_like(r), _param_grad(r, dim, weight_grad)
 
 
 def _add_rms_norm_setup_context(ctx, inputs, output) -> None:
-    x, residual, weight, eps = inputs
+    x, residual, weight, eps, weight_offset, _casting_mode = inputs
     _, r = output
     # The backward is rms_norm's at r = x + residual (the second output, already rounded to
     # x's dtype), so r is all it needs. Gradients that do not reach an output stay None
     # instead of becoming zero tensors, so an unused r costs no zeros to read.
     ctx.save_for_backward(r, weight)
     ctx.eps = resolve_eps(x, eps)
+    ctx.weight_offset = weight_offset
     ctx.set_materialize_grads(False)
 
 
@@ -662,13 +700,13 @@ def _add_rms_norm_backward(ctx, grad_out: torch.Tensor | None, grad_r: torch.Ten
     d_r = grad_w = None
     if grad_out is not None and (need_x or need_res or need_w):
         d_r, dw = torch.ops.rownorm.add_rms_norm_backward(
-            grad_out, grad_r, r, weight, ctx.eps, need_w
+            grad_out, grad_r, r, weight, ctx.eps, need_w, ctx.weight_offset
         )
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
     elif grad_out is None:
         d_r = grad_r  # only r = x + residual reached the loss: the add's gradient
     # x and residual enter only through r = x + residual: both get d_r.
-    return d_r if need_x else None, d_r if need_res else None, grad_w, None
+    return d_r if need_x else None, d_r if need_res else None, grad_w, None, None, None
 
 
 _register_autograd(
@@ -758,15 +796,15 @@ del _name, _n
 
 def _add_rms_norm_vmap(info, in_dims, *args):
     op = torch.ops.rownorm.add_rms_norm.default
-    (x, residual, weight, eps), in_dims = _full_args(op, args, in_dims)
+    (x, residual, weight, *rest), in_dims = _full_args(op, args, in_dims)
     if in_dims[2] is not None:
         return _per_sample(
-            lambda *a: op(*a, eps), info.batch_size, in_dims[:3], (x, residual, weight)
+            lambda *a: op(*a, *rest), info.batch_size, in_dims[:3], (x, residual, weight)
         )
     # dim is -1: the rows of x and residual stack without shifting it.
     xb = _to_front(x, in_dims[0], info.batch_size)
     rb = _to_front(residual, in_dims[1], info.batch_size)
-    return op(xb, rb, weight, eps), (0, 0)
+    return op(xb, rb, weight, *rest), (0, 0)
 
 
 torch.library.register_vmap("rownorm::add_rms_norm", _add_rms_norm_vmap, lib=_LIB)

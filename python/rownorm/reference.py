@@ -83,13 +83,21 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     dim: int = -1,
     eps: float | None = None,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> torch.Tensor:
-    """``x · rsqrt(mean(x²) + eps) · w`` in float64 (eps None: F.rms_norm's default)."""
+    """``ŷ · (w + weight_offset)``, ``ŷ = x · rsqrt(mean(x²) + eps)``, in float64 (eps None:
+    F.rms_norm's default). ``casting_mode="llama"`` rounds ŷ to x's dtype before the product
+    (HF LlamaRMSNorm's ``w * ŷ.to(dtype)``); the product is rounded to x's dtype in both modes.
+    The rounding of ŷ is the identity for the float64 inputs of the backward references, so
+    their gradients are those of the unrounded formula, as the kernels' are."""
     eps = _resolve_eps(x, eps)
     x64 = x.double()
     y = x64 * torch.rsqrt((x64 * x64).mean(dim=dim, keepdim=True) + eps)
+    if casting_mode == "llama":
+        y = y.to(x.dtype).double()
     if weight is not None:
-        y = y * _along(weight, x, dim)
+        y = y * (_along(weight, x, dim) + weight_offset)
     return y.to(x.dtype)
 
 
@@ -136,11 +144,14 @@ def add_rms_norm(
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    weight_offset: float = 0.0,
+    casting_mode: str = "once",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rms_norm(r, weight, -1, eps), r)`` with ``r = x + residual`` rounded to x's dtype
-    (torch's ``x + residual``); eps None: F.rms_norm's default (``ops.resolve_eps``)."""
+    """``(rms_norm(r, weight, -1, eps, weight_offset, casting_mode), r)`` with
+    ``r = x + residual`` rounded to x's dtype (torch's ``x + residual``); eps None:
+    F.rms_norm's default (``ops.resolve_eps``)."""
     r = x + residual
-    return rms_norm(r, weight, -1, _resolve_eps(x, eps)), r
+    return rms_norm(r, weight, -1, _resolve_eps(x, eps), weight_offset, casting_mode), r
 
 
 # ---- backwards ------------------------------------------------------------------------------
@@ -168,10 +179,12 @@ def rms_norm_backward(
     weight: torch.Tensor | None = None,
     dim: int = -1,
     eps: float | None = None,
+    weight_offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(dx, dweight)`` of :func:`rms_norm`; dweight None without a weight."""
+    """``(dx, dweight)`` of :func:`rms_norm` (either casting mode: the gradient of the
+    unrounded formula); dweight None without a weight."""
     eps = _resolve_eps(x, eps)  # x's dtype, not the float64 of the autograd copy
-    dx, dw = _vjp(lambda t, w: rms_norm(t, w, dim, eps), [x, weight], [grad])
+    dx, dw = _vjp(lambda t, w: rms_norm(t, w, dim, eps, weight_offset), [x, weight], [grad])
     return dx, dw
 
 
@@ -207,6 +220,7 @@ def add_rms_norm_backward(
     residual: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float | None = None,
+    weight_offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(dx, dresidual, dweight)`` of :func:`add_rms_norm` for the output gradients ``grad``
     (of out) and ``grad_residual`` (of r; None = zeros). dweight None without a weight.
@@ -215,5 +229,7 @@ def add_rms_norm_backward(
     add passes its gradient through, so ``dx = dresidual = grad_residual + d(out)/d(r)``."""
     eps = _resolve_eps(x, eps)
     r = (x + residual).detach()
-    dr, dw = _vjp(lambda t, w: (rms_norm(t, w, -1, eps), t), [r, weight], [grad, grad_residual])
+    dr, dw = _vjp(
+        lambda t, w: (rms_norm(t, w, -1, eps, weight_offset), t), [r, weight], [grad, grad_residual]
+    )
     return dr, dr.clone(), dw

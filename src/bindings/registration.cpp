@@ -15,10 +15,12 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def(
       "l1_normalize_backward(Tensor grad, Tensor x, int dim=-1, float eps=1e-12, "
       "bool mean=False) -> Tensor");
-  m.def("rms_norm(Tensor x, Tensor? weight=None, int dim=-1, float? eps=None) -> Tensor");
+  m.def(
+      "rms_norm(Tensor x, Tensor? weight=None, int dim=-1, float? eps=None, "
+      "float weight_offset=0., str casting_mode=\"once\") -> Tensor");
   m.def(
       "rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, float eps, "
-      "bool weight_grad) -> (Tensor, Tensor)");
+      "bool weight_grad, float weight_offset=0.) -> (Tensor, Tensor)");
   m.def(
       "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, int dim=-1, "
       "float eps=1e-05) -> Tensor");
@@ -30,11 +32,11 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def("log_softmax(Tensor x, int dim=-1) -> Tensor");
   m.def("log_softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor");
   m.def(
-      "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) "
-      "-> (Tensor, Tensor)");
+      "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None, "
+      "float weight_offset=0., str casting_mode=\"once\") -> (Tensor, Tensor)");
   m.def(
       "add_rms_norm_backward(Tensor grad, Tensor? grad_residual, Tensor r, Tensor? weight, "
-      "float eps, bool weight_grad) -> (Tensor, Tensor)");
+      "float eps, bool weight_grad, float weight_offset=0.) -> (Tensor, Tensor)");
   // Diagnostics (explain.cpp): the plan a call of `op` on x gets, and the tier table alone.
   m.def(
       "plan_info(Tensor x, str op, int dim=-1, bool backward=False, bool param_grads=False) "

@@ -18,11 +18,33 @@ double ResolveEps(const char* op, const Tensor& x, std::optional<double> eps) {
   return e;
 }
 
-Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optional<double> eps) {
+// weight_offset c scales by (w + c): it needs a weight (without one the scale is 1).
+void CheckWeightOffset(const char* op, const std::optional<Tensor>& weight, double offset) {
+  ROWNORM_CHECK(weight.has_value() || offset == 0, op,
+                ": weight_offset needs a weight, got weight=None and weight_offset=", offset);
+}
+
+// The schema's casting_mode: "once" (ŷ·w rounded once) or "llama" (ŷ rounded to x's dtype, then
+// multiplied by the weight and rounded again); whether ŷ is rounded first.
+bool RoundsNormalized(const char* op, const std::string& casting_mode) {
+  ROWNORM_CHECK(casting_mode == "once" || casting_mode == "llama", op,
+                ": casting_mode must be 'once' or 'llama', got '", casting_mode, "'");
+  return casting_mode == "llama";
+}
+
+template <typename T, typename Acc>
+RmsNormScale<T, Acc> ScaleOf(double weight_offset, bool round_normalized) {
+  return {static_cast<Acc>(weight_offset), round_normalized};
+}
+
+Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optional<double> eps,
+               double weight_offset, std::string casting_mode) {
   constexpr const char* kOp = "rms_norm";
   dim = CheckRowwiseInput(kOp, x, dim);
   const double e = ResolveEps(kOp, x, eps);
   CheckParam(kOp, "weight", weight, x, dim);
+  CheckWeightOffset(kOp, weight, weight_offset);
+  const bool round = RoundsNormalized(kOp, casting_mode);
   const DeviceScope scope(x);
   Tensor y = NewLike(x);
   if (x.numel() == 0) return y;
@@ -35,7 +57,8 @@ Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optiona
       using W = decltype(wtag);
       RunOp<T>(kOp, p, {y}, [&](auto acc) {
         using Acc = decltype(acc);
-        return RmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
+        return RmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w),
+                                       ScaleOf<T, Acc>(weight_offset, round)};
       });
     });
   });
@@ -47,7 +70,7 @@ Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optiona
 template <int kIn>
 std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor, kIn>& ins,
                                         const std::optional<Tensor>& weight, int64_t dim,
-                                        double eps, bool weight_grad) {
+                                        double eps, bool weight_grad, double weight_offset) {
   const Tensor& x = ins[0];
   const DeviceScope scope(x);
   Tensor dx = NewLike(x);
@@ -59,13 +82,15 @@ std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor,
         using T = decltype(tag);
         using W = decltype(wtag);
         using Acc = decltype(acc);
-        return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w), stats};
+        return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w),
+                                            static_cast<Acc>(weight_offset), stats};
       });
   return {dx, grads[0]};
 }
 
 std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<Tensor> weight,
-                                           int64_t dim, double eps, bool weight_grad) {
+                                           int64_t dim, double eps, bool weight_grad,
+                                           double weight_offset) {
   constexpr const char* kOp = "rms_norm_backward";
   dim = CheckRowwiseInput(kOp, x, dim);
   CheckEps(kOp, eps);
@@ -73,7 +98,8 @@ std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<
   CheckParam(kOp, "weight", weight, x, dim);
   ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
                 ": weight_grad=True needs the weight, got weight=None");
-  return RmsNormGrads<2>(kOp, {x, grad}, weight, dim, eps, weight_grad);
+  CheckWeightOffset(kOp, weight, weight_offset);
+  return RmsNormGrads<2>(kOp, {x, grad}, weight, dim, eps, weight_grad, weight_offset);
 }
 
 void CheckAddInputs(const char* op, const Tensor& x) {
@@ -82,13 +108,16 @@ void CheckAddInputs(const char* op, const Tensor& x) {
 }
 
 std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<Tensor> weight,
-                                      std::optional<double> eps) {
+                                      std::optional<double> eps, double weight_offset,
+                                      std::string casting_mode) {
   constexpr const char* kOp = "add_rms_norm";
   CheckAddInputs(kOp, x);
   CheckLike(kOp, "residual", residual, x);
   const int64_t dim = x.dim() - 1;
   const double e = ResolveEps(kOp, x, eps);
   CheckParam(kOp, "weight", weight, x, dim);
+  CheckWeightOffset(kOp, weight, weight_offset);
+  const bool round = RoundsNormalized(kOp, casting_mode);
   const DeviceScope scope(x);
   Tensor y = NewLike(x);
   Tensor h = NewLike(x);
@@ -102,7 +131,8 @@ std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<T
       using W = decltype(wtag);
       RunOp<T, false>(kOp, p, {y, h}, [&](auto acc) {
         using Acc = decltype(acc);
-        return AddRmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w)};
+        return AddRmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w),
+                                          ScaleOf<T, Acc>(weight_offset, round)};
       });
     });
   });
@@ -111,7 +141,7 @@ std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<T
 
 std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor> grad_residual,
                                               Tensor r, std::optional<Tensor> weight, double eps,
-                                              bool weight_grad) {
+                                              bool weight_grad, double weight_offset) {
   constexpr const char* kOp = "add_rms_norm_backward";
   CheckAddInputs(kOp, r);
   CheckEps(kOp, eps);
@@ -120,11 +150,13 @@ std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor>
   CheckParam(kOp, "weight", weight, r, dim);
   ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
                 ": weight_grad=True needs the weight, got weight=None");
+  CheckWeightOffset(kOp, weight, weight_offset);
   if (grad_residual.has_value()) {
     CheckLike(kOp, "grad_residual", *grad_residual, r);
-    return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad);
+    return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad,
+                           weight_offset);
   }
-  return RmsNormGrads<2>(kOp, {r, grad}, weight, dim, eps, weight_grad);
+  return RmsNormGrads<2>(kOp, {r, grad}, weight, dim, eps, weight_grad, weight_offset);
 }
 
 }  // namespace

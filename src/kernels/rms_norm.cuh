@@ -2,10 +2,14 @@
 // row.cuh (and by the CPU rows of kernels/cpu/row_cpu.h, with Acc = double). The op concept is
 // in kernels/common/op_traits.h.
 //
-//   forward   y  = x·r·w,   r = 1/sqrt(mean(x²) + eps)            (w = 1 without a weight)
-//   backward  g = w⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g)), ŷ = x·r
+//   forward   y  = ŷ·(w + c),   ŷ = x·r,   r = 1/sqrt(mean(x²) + eps)   (w = 1 without a weight)
+//             c: the weight offset (Gemma's 1 + w), added in Acc (no rounded 1 + w in memory).
+//             Casting mode "once": y rounded once to T. "llama" (HF LlamaRMSNorm's
+//             `w * x̂.to(dtype)`): ŷ rounded to T first, then the product rounded again.
+//   backward  g = (w + c)⊙dy;  dx = r·(g − x·r²·mean(x⊙g))   = r·(g − ŷ·mean(ŷ⊙g))
 //             dw = Σ_rows dy⊙ŷ  (fused column sums where plan.h's PlanFusedSums takes them,
-//             else kernels/param_grad.h from the (0, r) saved per row here)
+//             else kernels/param_grad.h from the (0, r) saved per row here). The backward is
+//             that of the unrounded formula in both casting modes.
 //   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
 //             (rms_norm(h), h): two outputs (the schema's and Python's `r`; h here, as r is
 //             the reciprocal RMS). Its backward is rms_norm's plus the gradient flowing into h
@@ -21,20 +25,37 @@
 
 namespace rownorm {
 
+// How the forward's normalized value meets the weight: y = Apply(ŷ, w) with w the weight at the
+// column in Acc (1 without a weight). Both fields are uniform runtime values, not template
+// flags: a flag would double the instantiations of every tier for one add and one select per
+// element (where T is Acc, float32 x on the GPU and float64 x, the select folds away).
+template <typename T, typename Acc>
+struct RmsNormScale {
+  Acc weight_offset;      // c of y = ŷ·(w + c); 0 without a weight (the binding checks it)
+  bool round_normalized;  // casting mode "llama": ŷ rounded to T before the product
+
+  ROWNORM_HOST_DEVICE Acc Apply(Acc yhat, Acc w) const {
+    const Acc rounded = RoundTo<T>(yhat);
+    return (round_normalized ? rounded : yhat) * (w + weight_offset);
+  }
+};
+
 template <typename T, typename Acc, typename W>
 struct RmsNormFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;  // x
   Acc eps;
   const W* weight;  // (n,) or nullptr
+  RmsNormScale<T, Acc> scale;
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
+    const RmsNormScale<T, Acc> s = scale;
     StoreWith(
-        row, [r](const Acc* x, int64_t, const Acc* w) { return x[0] * r * w[0]; },
+        row, [r, s](const Acc* x, int64_t, const Acc* w) { return s.Apply(x[0] * r, w[0]); },
         ParamList<W, 1>{{weight}, {1.0f}});
   }
 };
@@ -53,8 +74,9 @@ struct RmsNormBwdOp {
   // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
   static constexpr bool kWideCluster = kInputs < 3;
   Acc eps;
-  const W* weight;  // (n,) or nullptr
-  Acc* stats;       // (rows, 2): (0, r) per row, or nullptr
+  const W* weight;    // (n,) or nullptr
+  Acc weight_offset;  // g = (w + weight_offset)⊙dy; 0 without a weight
+  Acc* stats;         // (rows, 2): (0, r) per row, or nullptr
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -65,8 +87,9 @@ struct RmsNormBwdOp {
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [w](const Acc* v, int64_t col) {
-      return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1] * Param(w, col, Acc(1))}};
+    const Acc c_w = weight_offset;
+    const Array<Acc, 2> s = row.Reduce(SumOp{}, [w, c_w](const Acc* v, int64_t col) {
+      return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1] * (Param(w, col, Acc(1)) + c_w)}};
     });
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
     const Acc c = r * r * s[1] / n;
@@ -76,8 +99,8 @@ struct RmsNormBwdOp {
     }
     StoreWith(
         row,
-        [r, c](const Acc* v, int64_t, const Acc* pw) {
-          const Acc dx = r * (v[1] * pw[0] - v[0] * c);
+        [r, c, c_w](const Acc* v, int64_t, const Acc* pw) {
+          const Acc dx = r * (v[1] * (pw[0] + c_w) - v[0] * c);
           if constexpr (kInputs == 3) {
             return dx + v[2];
           } else {
@@ -98,6 +121,7 @@ struct AddRmsNormFwdOp {
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
   Acc eps;
   const W* weight;  // (n,) or nullptr
+  RmsNormScale<T, Acc> scale;
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -107,9 +131,12 @@ struct AddRmsNormFwdOp {
       return h * h;
     });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
+    const RmsNormScale<T, Acc> s = scale;
     StoreWith(
         row,
-        [r](const Acc* v, int64_t, const Acc* w) { return RoundTo<T>(v[0] + v[1]) * r * w[0]; },
+        [r, s](const Acc* v, int64_t, const Acc* w) {
+          return s.Apply(RoundTo<T>(v[0] + v[1]) * r, w[0]);
+        },
         ParamList<W, 1>{{weight}, {1.0f}});
     row.Store(Output<1>{}, [](const Acc* v, int64_t) { return v[0] + v[1]; });
   }

@@ -26,6 +26,7 @@ Inputs are a dict ``{name: tensor}``; every call returns a tuple of outputs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -253,6 +254,10 @@ class OpInfo:
                 (inp["x"] == 0).all(dim, keepdim=True), 0, inp["residual"]
             )
         return inp
+
+    def without_params(self) -> OpInfo:
+        """This case without its parameters (and without the options that need them)."""
+        return dataclasses.replace(self, params=())
 
     def grad_inputs(self, inp: Inputs) -> list[str]:
         """The names of the differentiable inputs present."""

@@ -6,6 +6,7 @@ workload iterate. Adding an op means adding its class and its cases here (its fo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -107,12 +108,13 @@ class L1Normalize(OpInfo):
 # ---- rms_norm / add_rms_norm ----------------------------------------------------------------
 
 
-def _rms_magnitudes(dy, r, w, dim, eps, extra=None):
-    """|terms| of rms_norm's backward at r: dx = rstd·(g − ŷ·mean(ŷ⊙g)), dw = Σ dy⊙ŷ."""
+def _rms_magnitudes(dy, r, w, dim, eps, extra=None, weight_offset=0.0):
+    """|terms| of rms_norm's backward at r: dx = rstd·(g − ŷ·mean(ŷ⊙g)) with
+    g = (w + weight_offset)⊙dy, dw = Σ dy⊙ŷ."""
     r, dy = r.double(), dy.double()
     rstd = torch.rsqrt((r * r).mean(dim, keepdim=True) + eps)
     yhat = r * rstd
-    g = dy.abs() if w is None else (dy * along(w.double(), r, dim)).abs()
+    g = dy.abs() if w is None else (dy * along(w.double() + weight_offset, r, dim)).abs()
     mag = {"x": rstd * (g + yhat.abs() * (yhat.abs() * g).mean(dim, keepdim=True))}
     if extra is not None:
         mag["x"] = mag["x"] + extra.double().abs()
@@ -129,6 +131,42 @@ def _rms_stat(out, x, dim, eps):
     return stat, (ms / (ms + eps)).sqrt(), TOL[out.dtype].unit
 
 
+def _torch_rms(t, w, eps, weight_offset, casting_mode):
+    """The PyTorch expressions of rms_norm's options over the last dim, as Hugging Face's
+    models write them: Gemma's ``(ŷ * (1 + w.float())).type_as(x)`` (casting mode "once") and
+    LlamaRMSNorm's ``w * ŷ.to(x.dtype)`` ("llama"), ŷ computed in float32 (float64 for
+    float64 x)."""
+    acc = torch.promote_types(t.dtype, torch.float32)
+    yhat = F.rms_norm(t.to(acc), (t.shape[-1],), None, eps)
+    if casting_mode == "llama":
+        scale = w if weight_offset == 0 else w.to(acc) + weight_offset  # no rounded w + c
+        return scale * yhat.to(t.dtype)
+    return (yhat * (w.to(acc) + weight_offset)).to(t.dtype)
+
+
+class _RmsOptions:
+    """rms_norm's and add_rms_norm's keyword options of a case (``options``)."""
+
+    options: dict
+
+    @property
+    def weight_offset(self) -> float:
+        return self.options.get("weight_offset", 0.0)
+
+    @property
+    def casting_mode(self) -> str:
+        return self.options.get("casting_mode", "once")
+
+    def without_params(self):
+        options = {k: v for k, v in self.options.items() if k != "weight_offset"}
+        return dataclasses.replace(self, params=(), options=options)
+
+    def _torch_norm(self, t, w, eps):
+        if not self.options:
+            return F.rms_norm(t, (t.shape[-1],), w, eps)
+        return _torch_rms(t, w, eps, self.weight_offset, self.casting_mode)
+
+
 def _rms_module(cls, x, w, eps, n, **kw):
     m = cls(n, eps=eps, elementwise_affine=w is not None, device=x.device,
             dtype=x.dtype if w is None else w.dtype, **kw)  # fmt: skip
@@ -139,38 +177,44 @@ def _rms_module(cls, x, w, eps, n, **kw):
 
 
 @dataclass(frozen=True)
-class RmsNorm(OpInfo):
+class RmsNorm(_RmsOptions, OpInfo):
     name: str = "rms_norm"
 
     def call(self, inp, dim):
-        return (rownorm.rms_norm(inp["x"], inp.get("weight"), dim=dim, eps=self.eps),)
+        return (rownorm.rms_norm(inp["x"], inp.get("weight"), dim=dim, eps=self.eps,
+                                 **self.options),)  # fmt: skip
 
     def raw_args(self, inp, dim):
-        return (inp["x"], inp.get("weight"), dim, self.eps)
+        x, w = inp["x"], inp.get("weight")
+        return (x, w, dim, self.eps, self.weight_offset, self.casting_mode)
 
     def module(self, inp, dim):
         x = inp["x"]
         return _rms_module(rownorm.nn.RMSNorm, x, inp.get("weight"), self.eps, x.shape[dim],
-                           dim=dim)  # fmt: skip
+                           dim=dim, **self.options)  # fmt: skip
 
     def reference(self, inp, dim):
-        return (ref.rms_norm(inp["x"], inp.get("weight"), dim, self.eps),)
+        x, w = inp["x"], inp.get("weight")
+        return (ref.rms_norm(x, w, dim, self.eps, self.weight_offset, self.casting_mode),)
 
     def torch_equivalent(self, inp, dim):
         w = inp.get("weight")
-        return (moved(lambda t: F.rms_norm(t, (t.shape[-1],), w, self.eps), inp["x"], dim),)
+        return (moved(lambda t: self._torch_norm(t, w, self.eps), inp["x"], dim),)
 
     def reference_grads(self, dys, inp, dim):
-        dx, dw = ref.rms_norm_backward(dys[0], inp["x"], inp.get("weight"), dim, self.eps)
+        x, w = inp["x"], inp.get("weight")
+        dx, dw = ref.rms_norm_backward(dys[0], x, w, dim, self.eps, self.weight_offset)
         return {"x": dx} if dw is None else {"x": dx, "weight": dw}
 
     def grad_magnitudes(self, dys, inp, dim):
         x = inp["x"]
-        return _rms_magnitudes(dys[0], x, inp.get("weight"), dim, self.resolved_eps(x))
+        return _rms_magnitudes(dys[0], x, inp.get("weight"), dim, self.resolved_eps(x),
+                               weight_offset=self.weight_offset)  # fmt: skip
 
     def backward_args(self, dys, inp, dim, outs, want):
         x = inp["x"]
-        return (dys[0], x, inp.get("weight"), dim, self.resolved_eps(x), "weight" in want)
+        return (dys[0], x, inp.get("weight"), dim, self.resolved_eps(x), "weight" in want,
+                self.weight_offset)  # fmt: skip
 
     def unpack_backward(self, result, inp):
         dx, dw = result
@@ -183,33 +227,38 @@ class RmsNorm(OpInfo):
 
 
 @dataclass(frozen=True)
-class AddRmsNorm(OpInfo):
+class AddRmsNorm(_RmsOptions, OpInfo):
     name: str = "add_rms_norm"
     residual: bool = True
     last_dim_only: bool = True
     n_outputs: int = 2
 
     def call(self, inp, dim):
-        return rownorm.add_rms_norm(inp["x"], inp["residual"], inp.get("weight"), eps=self.eps)
+        return rownorm.add_rms_norm(inp["x"], inp["residual"], inp.get("weight"), eps=self.eps,
+                                    **self.options)  # fmt: skip
 
     def raw_args(self, inp, dim):
-        return (inp["x"], inp["residual"], inp.get("weight"), self.eps)
+        x, res, w = inp["x"], inp["residual"], inp.get("weight")
+        return (x, res, w, self.eps, self.weight_offset, self.casting_mode)
 
     def module(self, inp, dim):
         x = inp["x"]
-        return _rms_module(rownorm.nn.AddRMSNorm, x, inp.get("weight"), self.eps, x.shape[-1])
+        return _rms_module(rownorm.nn.AddRMSNorm, x, inp.get("weight"), self.eps, x.shape[-1],
+                           **self.options)  # fmt: skip
 
     def reference(self, inp, dim):
-        return ref.add_rms_norm(inp["x"], inp["residual"], inp.get("weight"), self.eps)
+        x, res, w = inp["x"], inp["residual"], inp.get("weight")
+        return ref.add_rms_norm(x, res, w, self.eps, self.weight_offset, self.casting_mode)
 
     def torch_equivalent(self, inp, dim):
         r = inp["x"] + inp["residual"]
-        return F.rms_norm(r, (r.shape[-1],), inp.get("weight"), self.eps), r
+        return self._torch_norm(r, inp.get("weight"), self.eps), r
 
     def reference_grads(self, dys, inp, dim):
         dx, dres, dw = ref.add_rms_norm_backward(
-            dys[0], dys[1], inp["x"], inp["residual"], inp.get("weight"), self.eps
-        )
+            dys[0], dys[1], inp["x"], inp["residual"], inp.get("weight"), self.eps,
+            self.weight_offset,
+        )  # fmt: skip
         return {"x": dx, "residual": dres} | ({} if dw is None else {"weight": dw})
 
     def grad_magnitudes(self, dys, inp, dim):
@@ -220,13 +269,15 @@ class AddRmsNorm(OpInfo):
             mag = {"x": dy_r.double().abs()}
         else:
             w = inp.get("weight")
-            mag = _rms_magnitudes(dys[0], r, w, -1, self.resolved_eps(x), extra=dy_r)
+            mag = _rms_magnitudes(dys[0], r, w, -1, self.resolved_eps(x), extra=dy_r,
+                                  weight_offset=self.weight_offset)  # fmt: skip
         mag["residual"] = mag["x"]
         return mag
 
     def backward_args(self, dys, inp, dim, outs, want):
         eps = self.resolved_eps(inp["x"])
-        return (dys[0], dys[1], outs[1], inp.get("weight"), eps, "weight" in want)
+        w = inp.get("weight")
+        return (dys[0], dys[1], outs[1], w, eps, "weight" in want, self.weight_offset)
 
     def unpack_backward(self, result, inp):
         dr, dw = result
@@ -410,12 +461,21 @@ OPS: dict[str, OpInfo] = {
         L1Normalize("mean_abs", eps=1e-12, options={"mean": True}),
         RmsNorm("rms_norm"),
         RmsNorm("rms_norm_weight", params=("weight",), eps=1e-5),
+        # Gemma's (1 + w), and Hugging Face Llama's cast of ŷ before the weight.
+        RmsNorm("rms_norm_offset", params=("weight",), eps=1e-6, options={"weight_offset": 1.0}),
+        RmsNorm("rms_norm_llama", params=("weight",), eps=1e-6, options={"casting_mode": "llama"}),
         LayerNorm("layer_norm"),
         LayerNorm("layer_norm_affine", params=("weight", "bias")),
         Softmax("softmax"),
         Softmax("log_softmax", name="log_softmax"),
         AddRmsNorm("add_rms_norm"),
         AddRmsNorm("add_rms_norm_weight", params=("weight",), eps=1e-6),
+        AddRmsNorm(
+            "add_rms_norm_offset_llama",
+            params=("weight",),
+            eps=1e-6,
+            options={"weight_offset": 1.0, "casting_mode": "llama"},
+        ),
     )
 }
 

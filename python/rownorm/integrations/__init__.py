@@ -1,0 +1,6 @@
+"""Integrations of rownorm with other libraries, each imported on its own (none is imported by
+``import rownorm``, and none needs its library to be importable until it is used):
+
+* :mod:`rownorm.integrations.transformers`: swap the normalization modules of a Hugging Face
+  ``transformers`` model (or of its modeling classes, before ``from_pretrained``) for rownorm's.
+"""
