@@ -25,18 +25,35 @@
 
 namespace rownorm {
 
-// How the forward's normalized value meets the weight: y = Apply(ŷ, w) with w the weight at the
+// How the forward's normalized value meets the weight: y = ŷ·(w + c), with w the weight at the
 // column in Acc (1 without a weight). Both fields are uniform runtime values, not template
-// flags: a flag would double the instantiations of every tier for one add and one select per
-// element (where T is Acc, float32 x on the GPU and float64 x, the select folds away).
+// flags, which would double the instantiations of every tier. The casting mode is tested once
+// per row, outside the element loop: a select per element cost add_rms_norm's forward 2–8% on
+// the H100 (benchmarks/results/h100/NOTES.md §9). Where T is Acc (float32 x on the GPU,
+// float64 x) the two modes are one.
 template <typename T, typename Acc>
 struct RmsNormScale {
   Acc weight_offset;      // c of y = ŷ·(w + c); 0 without a weight (the binding checks it)
   bool round_normalized;  // casting mode "llama": ŷ rounded to T before the product
 
-  ROWNORM_HOST_DEVICE Acc Apply(Acc yhat, Acc w) const {
-    const Acc rounded = RoundTo<T>(yhat);
-    return (round_normalized ? rounded : yhat) * (w + weight_offset);
+  // Output 0 at col = ŷ(x, col)·(w + c), ŷ rounded to T first in the "llama" mode.
+  template <class Row, class Yhat, typename W>
+  ROWNORM_HOST_DEVICE void Store(Row& row, Yhat yhat, const W* weight) const {
+    const Acc c = weight_offset;
+    const ParamList<W, 1> params{{weight}, {1.0f}};
+    if (!std::is_same_v<T, Acc> && round_normalized) {
+      StoreWith(
+          row,
+          [yhat, c](const Acc* x, int64_t col, const Acc* w) {
+            return RoundTo<T>(yhat(x, col)) * (w[0] + c);
+          },
+          params);
+    } else {
+      StoreWith(
+          row,
+          [yhat, c](const Acc* x, int64_t col, const Acc* w) { return yhat(x, col) * (w[0] + c); },
+          params);
+    }
   }
 };
 
@@ -53,10 +70,7 @@ struct RmsNormFwdOp {
     const Acc n = static_cast<Acc>(row.Size());
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    const RmsNormScale<T, Acc> s = scale;
-    StoreWith(
-        row, [r, s](const Acc* x, int64_t, const Acc* w) { return s.Apply(x[0] * r, w[0]); },
-        ParamList<W, 1>{{weight}, {1.0f}});
+    scale.Store(row, [r](const Acc* x, int64_t) { return x[0] * r; }, weight);
   }
 };
 
@@ -131,13 +145,7 @@ struct AddRmsNormFwdOp {
       return h * h;
     });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    const RmsNormScale<T, Acc> s = scale;
-    StoreWith(
-        row,
-        [r, s](const Acc* v, int64_t, const Acc* w) {
-          return s.Apply(RoundTo<T>(v[0] + v[1]) * r, w[0]);
-        },
-        ParamList<W, 1>{{weight}, {1.0f}});
+    scale.Store(row, [r](const Acc* v, int64_t) { return RoundTo<T>(v[0] + v[1]) * r; }, weight);
     row.Store(Output<1>{}, [](const Acc* v, int64_t) { return v[0] + v[1]; });
   }
 };
