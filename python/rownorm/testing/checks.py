@@ -162,7 +162,19 @@ def check_grads(op: OpInfo, inp, dim: int, dys, got: dict, *, what: str = "", re
             assert_matches(g, refs[name].to(g.dtype), magnitude=mag[name], dim=dim, what=label)
         else:
             assert g.shape == (n,), f"{label}: shape {tuple(g.shape)}"
-            assert_matches(g, refs[name].to(g.dtype), magnitude=mag[name], what=label)
+            tol = param_grad_tol(g.dtype, n)
+            assert_matches(g, refs[name].to(g.dtype), magnitude=mag[name], what=label, tol=tol)
+
+
+def param_grad_tol(dtype: torch.dtype, n: int) -> Tol:
+    """The tolerance of a parameter gradient (dweight, dbias) of rows of n elements.
+
+    Its every column carries the error of its rows' statistics (r, μ), sums of n terms in the
+    accumulator: sequential in part (a thread's share of a strided-dim row, up to n / 8
+    terms), so their relative error grows like eps·sqrt(n), past the tensor-wide relerr of a
+    single rounding for long rows (float32, n = 32768: 1.06e-6 measured on the H100)."""
+    tol = TOL[dtype]
+    return dataclasses.replace(tol, relerr=max(tol.relerr, torch.finfo(dtype).eps * n**0.5 / 2))
 
 
 def noisy_grads(op: OpInfo, inp, dim: int) -> tuple[str, ...]:
