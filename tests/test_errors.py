@@ -1,7 +1,8 @@
 """Every user mistake gives a clear error naming the argument and what was expected.
 
 The same message comes from the C++ checks (eager CPU/CUDA), from the fakes (meta tensors,
-torch.compile tracing) and, for the layout check, from the Python wrapper.
+torch.compile tracing) and, for the layout check, from the Python wrapper. A message names the
+argument as the op's schema does: a backward op's y or r, not "x".
 
 Why the grid is what it is: the checks are shared by arity, not written per op: every op
 checks x (floating, at least one dim), dim and eps; every parameter its dtype, shape
@@ -163,29 +164,32 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
     def args(c=case, inp=good, o=outs, d=dys, w=want, dim=-1):
         return c.backward_args(d, inp, dim, o, w)
 
+    saved = op.saved  # the tensor the backward reads: x, the output y, or r
     for what, g, msg in (
         ("grad shape", _x((3, 5), device=device), r"shape \(3, 4\), got \(3, 5\)"),
         ("grad rank", _x((12,), device=device), r"shape \(3, 4\), got \(12,\)"),
         ("grad dtype", _x(dtype=torch.float16, device=device),
          r"dtype float32, got float16"),
     ):  # fmt: skip
-        cases.append((what, case, args(d=(g, *dys[1:])), r"grad must have \w+'s " + msg))
-    # the tensor the backward reads (x, the output y, or r) of an integer dtype
+        cases.append((what, case, args(d=(g, *dys[1:])), rf"grad must have {saved}'s " + msg))
+
+    def with_saved(t):  # the arguments with the saved tensor (and the gradients) replaced
+        inp, o = ({**good, "x": t}, outs) if saved == "x" else (good, outs)
+        if saved != "x":
+            o = (t, *outs[1:]) if saved == "y" else (outs[0], t)
+        return args(inp=inp, o=o, d=tuple(torch.ones_like(t) for _ in dys))
+
     bad = _x(dtype=torch.int64, device=device)
-    saved = (
-        ({**good, "x": bad}, outs)
-        if not (op.backward_reads_output or op.residual)
-        else (good, (bad, *outs[1:]) if op.backward_reads_output else (outs[0], bad))
-    )
-    cases.append(("saved int", case, args(inp=saved[0], o=saved[1], d=(bad, *dys[1:])),
-                  rf"\w+ must be {FLOATING}, got int64"))  # fmt: skip
+    cases.append(("saved int", case, with_saved(bad),
+                  re.escape(f"{saved} must be {FLOATING}, got int64")))  # fmt: skip
+    msg = re.escape(f"{saved} must have at least one dimension, got a 0-d tensor")
+    cases.append(("saved 0-d", case, with_saved(torch.tensor(1.5, device=device)), msg))
     if op.has_eps:
         bad_eps = dataclasses.replace(case, eps=-1.0)
         cases.append(("eps", bad_eps, args(c=bad_eps), re.escape("eps must be >= 0, got -1")))
     if not op.last_dim_only:
-        cases.append(
-            ("dim", case, args(dim=5), re.escape("dim must be in [-2, 1] for a 2-d x, got 5"))
-        )
+        msg = re.escape(f"dim must be in [-2, 1] for a 2-d {saved}, got 5")
+        cases.append(("dim", case, args(dim=5), msg))
     if op.params:
         no_params = {k: v for k, v in good.items() if k not in op.params}
         cases.append(
@@ -193,13 +197,12 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
         )
         if "weight" in op.params:
             inp = {**good, "weight": _x((5,), device=device)}
-            cases.append(
-                ("weight shape", case, args(inp=inp), r"weight must have shape \(4,\).*got \(5,\)")
-            )
+            msg = rf"weight must have shape \(4,\) \(the size of {saved} along dim 1\), got \(5,\)"
+            cases.append(("weight shape", case, args(inp=inp), msg))
     if op.n_outputs > 1:
         g2 = _x(dtype=torch.float16, device=device)
-        cases.append(("grad_residual dtype", case, args(d=(dys[0], g2)),
-                      r"grad_residual must have .*dtype float32, got float16"))  # fmt: skip
+        msg = rf"grad_residual must have {saved}'s dtype float32, got float16"
+        cases.append(("grad_residual dtype", case, args(d=(dys[0], g2)), msg))
     return cases
 
 
@@ -286,7 +289,8 @@ def test_other_device():
             case = raw_case(op, good["x"])
             outs = case.raw(good, -1)
             dys = (outs[0].to(o_dev), *[torch.ones_like(o) for o in outs[1:]])
-            with pytest.raises(RuntimeError, match=r"_backward: \w+ must be on \w+'s device"):
+            msg = f"{op.name}_backward: grad must be on {op.saved}'s device"
+            with pytest.raises(RuntimeError, match=re.escape(msg)):
                 case.backward_op(*case.backward_args(dys, good, -1, outs, frozenset(op.params)))
 
 

@@ -59,12 +59,14 @@ inline void CheckFloating(const char* op, const char* name, const Tensor& t) {
                 DtypeName(st));
 }
 
-// Checks x and dim for a reduction over one dimension; returns dim wrapped to [0, x.dim()).
-inline int64_t CheckRowwiseInput(const char* op, const Tensor& x, int64_t dim) {
-  CheckFloating(op, "x", x);
-  ROWNORM_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a 0-d tensor");
+// Checks the tensor a row op reduces (named `name`: x, or the y / r a backward op reads) and
+// dim; returns dim wrapped to [0, x.dim()).
+inline int64_t CheckRowwiseInput(const char* op, const char* name, const Tensor& x, int64_t dim) {
+  CheckFloating(op, name, x);
+  ROWNORM_CHECK(x.dim() >= 1, op, ": ", name,
+                " must have at least one dimension, got a 0-d tensor");
   ROWNORM_CHECK(dim >= -x.dim() && dim < x.dim(), op, ": dim must be in [", -x.dim(), ", ",
-                x.dim() - 1, "] for a ", x.dim(), "-d x, got ", dim);
+                x.dim() - 1, "] for a ", x.dim(), "-d ", name, ", got ", dim);
   return dim < 0 ? dim + x.dim() : dim;
 }
 
@@ -72,16 +74,22 @@ inline void CheckEps(const char* op, double eps) {
   ROWNORM_CHECK(eps >= 0, op, ": eps must be >= 0, got ", eps);
 }
 
-// `other` (named `name`) must match x in shape, dtype and device.
-inline void CheckLike(const char* op, const char* name, const Tensor& other, const Tensor& x) {
-  ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on x's device (",
-                x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
-                other.is_cuda() ? "cuda:" + std::to_string(other.get_device_index()) : "cpu");
-  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name, " must have x's dtype ",
-                DtypeName(x.scalar_type()), ", got ", DtypeName(other.scalar_type()));
+// "cpu" / "cuda:0", as torch prints a device.
+inline std::string DeviceString(const Tensor& t) {
+  return t.is_cuda() ? "cuda:" + std::to_string(t.get_device_index()) : "cpu";
+}
+
+// `other` (named `name`) must be on the device of x (named `x_name`) and have its dtype and
+// shape.
+inline void CheckLike(const char* op, const char* name, const Tensor& other, const char* x_name,
+                      const Tensor& x) {
+  ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on ", x_name, "'s device (",
+                DeviceString(x), "), got ", DeviceString(other));
+  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name, " must have ", x_name,
+                "'s dtype ", DtypeName(x.scalar_type()), ", got ", DtypeName(other.scalar_type()));
   bool same = other.dim() == x.dim();
   for (int64_t i = 0; same && i < x.dim(); ++i) same = other.size(i) == x.size(i);
-  ROWNORM_CHECK(same, op, ": ", name, " must have x's shape ", ShapeString(x), ", got ",
+  ROWNORM_CHECK(same, op, ": ", name, " must have ", x_name, "'s shape ", ShapeString(x), ", got ",
                 ShapeString(other));
 }
 
