@@ -105,11 +105,19 @@ def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Te
 def check_param(
     op: str, name: str, p: torch.Tensor | None, x_name: str, x: torch.Tensor, dim: int
 ) -> None:
-    """An optional per-column parameter (weight, bias) of x (called ``x_name``): floating,
-    shape ``(x.size(dim),)``, on x's device. ``dim`` is the wrapped dim."""
+    """An optional per-column parameter (weight, bias) of x (called ``x_name``): floating, and
+    float64 only with float64 x (it would be rounded to the dtype parameters run in), shape
+    ``(x.size(dim),)``, on x's device. ``dim`` is the wrapped dim."""
     if p is None:
         return
     check_floating(op, name, p)
+    torch._check(
+        p.dtype != torch.float64 or x.dtype == torch.float64,
+        lambda: (
+            f"{op}: {name} must be float32, float16 or bfloat16 for a {dtype_name(x.dtype)} "
+            f"{x_name} (float64 needs a float64 {x_name}), got float64"
+        ),
+    )
     torch._check(
         p.dim() == 1 and p.shape[0] == x.shape[dim],
         lambda: (
@@ -190,10 +198,11 @@ _OPS += ("add_rms_norm",)
 # Per-column parameters, checked against the reduced dim; a backward op's ``<param>_grad`` flag
 # requests its gradient.
 _PARAMS = ("weight", "bias")
-# Sparse layouts (COO; CSR, CSC, BSR, BSC) dispatch to these keys, where the dense kernels of
-# src/bindings are not registered: without a kernel there the dispatcher would say only that the
-# op cannot run on the backend.
-_SPARSE_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+# Tensors dispatch to these keys, where the dense kernels of src/bindings are not registered:
+# sparse layouts (COO; CSR, CSC, BSR, BSC), mkldnn, quantized and nested tensors. Without a
+# kernel there the dispatcher would say only that the op cannot run on the backend.
+_UNSUPPORTED_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA", "MkldnnCPU")
+_UNSUPPORTED_KEYS += ("QuantizedCPU", "QuantizedCUDA", "NestedTensorCPU", "NestedTensorCUDA")
 _LIB = torch.library.Library("rownorm", "IMPL")  # kept alive: deleting it unregisters
 
 
@@ -208,20 +217,30 @@ def _bind(op: torch._ops.OpOverload, args, kwargs) -> dict:
     return {a.name: given.get(a.name, a.default_value) for a in op._schema.arguments}
 
 
-def _reject_sparse(name: str) -> None:
-    """Registers, for every sparse key, a kernel of ``rownorm::<name>`` that raises an error
-    naming the op and its first sparse tensor argument (check_rowwise_input's message for x)."""
+def _unsupported(t: torch.Tensor) -> str | None:
+    """What a tensor is that no kernel of rownorm takes (None: a dense floating tensor)."""
+    if t.layout != torch.strided:
+        return f"must be a dense (strided) tensor, got layout {t.layout}"
+    if t.is_nested:
+        return "must be a dense (strided) tensor, got a nested tensor"
+    if t.is_quantized:
+        return f"must be {_FLOATING}, got {dtype_name(t.dtype)}"
+    return None
+
+
+def _reject_unsupported(name: str) -> None:
+    """Registers, for every key of _UNSUPPORTED_KEYS, a kernel of ``rownorm::<name>`` raising an
+    error that names the op and its first such tensor argument."""
     op = _overload(name)
 
     def kernel(*args, **kwargs):
         for arg, t in _bind(op, args, kwargs).items():
-            if isinstance(t, torch.Tensor) and t.layout != torch.strided:
-                raise RuntimeError(
-                    f"{name}: {arg} must be a dense (strided) tensor, got layout {t.layout}"
-                )
-        raise RuntimeError(f"{name}: dispatched to a sparse kernel without a sparse argument")
+            what = _unsupported(t) if isinstance(t, torch.Tensor) else None
+            if what is not None:
+                raise RuntimeError(f"{name}: {arg} {what}")
+        raise RuntimeError(f"{name}: dispatched to a non-dense kernel without such an argument")
 
-    for key in _SPARSE_KEYS:
+    for key in _UNSUPPORTED_KEYS:
         _LIB.impl(name, kernel, key)
 
 
@@ -273,7 +292,7 @@ def _fake(name: str):
 
 
 for _op in (*_OPS, *(f"{op}_backward" for op in _OPS)):
-    _reject_sparse(_op)
+    _reject_unsupported(_op)
     torch.library.register_fake(f"rownorm::{_op}", _fake(_op), lib=_LIB)
 del _op
 

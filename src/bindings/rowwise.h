@@ -182,7 +182,8 @@ inline Tensor NewLike(const Tensor& x, ScalarType dtype) {
 inline bool Is16Bit(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
 
 // The dtype per-column parameters run in: x's dtype when every given parameter has it, else
-// float32 for 16-bit x (the mixed-precision case), else x's dtype.
+// float32 for 16-bit x (the mixed-precision case), else x's dtype. CheckParam admits only
+// parameters this converts exactly.
 template <size_t kParams>
 ScalarType ParamDtype(const Tensor& x, const std::optional<Tensor> (&params)[kParams]) {
   bool all_same = true;
@@ -194,12 +195,17 @@ ScalarType ParamDtype(const Tensor& x, const std::optional<Tensor> (&params)[kPa
 }
 
 // Checks an optional parameter (weight, bias) of the tensor x (named `x_name`) reduced over
-// dim: floating, of shape (x.size(dim),), on x's device.
+// dim: floating, no finer than the dtype it runs in (so float64 only with float64 x: a float64
+// weight with float32 x would be rounded), of shape (x.size(dim),), on x's device.
 inline void CheckParam(const char* op, const char* name, const std::optional<Tensor>& p,
                        const char* x_name, const Tensor& x, int64_t dim) {
   if (!p.has_value()) return;
   const Tensor& w = *p;
   CheckFloating(op, name, w);
+  ROWNORM_CHECK(w.scalar_type() != ScalarType::Double || x.scalar_type() == ScalarType::Double, op,
+                ": ", name, " must be float32, float16 or bfloat16 for a ",
+                DtypeName(x.scalar_type()), " ", x_name, " (float64 needs a float64 ", x_name,
+                "), got float64");
   ROWNORM_CHECK(w.dim() == 1 && w.size(0) == x.size(dim), op, ": ", name, " must have shape (",
                 x.size(dim), ",) (the size of ", x_name, " along dim ", dim, "), got ",
                 ShapeString(w));
