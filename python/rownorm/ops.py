@@ -628,10 +628,11 @@ def _full_args(op, args, in_dims):
     return full, tuple(in_dims) + (None,) * (len(full) - len(in_dims))
 
 
-def _vmap_x_rule(name: str, n_params: int):
-    """Batching rule of an op ``(x, *params, dim, *rest)`` with ``n_params`` per-column
-    parameters after x."""
-    op = getattr(torch.ops.rownorm, name).default
+def _vmap_x_rule(name: str):
+    """Batching rule of an op ``(x, *params, dim, *rest)`` (the per-column parameters after x
+    read off its schema)."""
+    op = _overload(name)
+    n_params = sum(a.name in _PARAMS for a in op._schema.arguments)
 
     def rule(info, in_dims, *args):
         args, in_dims = _full_args(op, args, in_dims)
@@ -654,16 +655,10 @@ def _vmap_x_rule(name: str, n_params: int):
     return rule
 
 
-for _name, _n in (
-    ("l2_normalize", 0),
-    ("l1_normalize", 0),
-    ("rms_norm", 1),
-    ("layer_norm", 2),
-    ("softmax", 0),
-    ("log_softmax", 0),
-):
-    torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name, _n), lib=_LIB)
-del _name, _n
+for _name in _OPS:
+    if _name != "add_rms_norm":  # reduces the last dim of two inputs: its own rule below
+        torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name), lib=_LIB)
+del _name
 
 
 def _add_rms_norm_vmap(info, in_dims, *args):

@@ -1,7 +1,8 @@
 """Float64 reference implementations of every rownorm op: the truth tests and benchmarks use.
 
-Each forward computes in float64 (on x's device) from the given (already rounded) inputs and
-returns x's dtype, rounded once. The formulas are written out here, not taken from
+Each forward takes the arguments of its public function in :mod:`rownorm.functional` (its
+signature and defaults), computes in float64 (on x's device) from the given (already rounded)
+inputs and returns x's dtype, rounded once. The formulas are written out here, not taken from
 ``torch.nn.functional``, so that the tests' comparisons with ``F.*`` are a second, independent
 check. The forwards stay differentiable for float64 inputs (the benchmark harness takes its
 backward reference by float64 autograd of them).
@@ -14,11 +15,41 @@ parameter's dtype (None for a parameter not given).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import torch
 
+from rownorm import functional as _public
 from rownorm.ops import resolve_eps as _resolve_eps  # F.rms_norm's default eps
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reference_of(public: Callable[_P, _R]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """The float64 reference of the public function ``public``: it takes ``public``'s
+    arguments (its signature, defaults included, for callers and type checkers alike: one
+    place, functional.py), passed to the formula positionally in that order."""
+    signature = inspect.signature(public)
+
+    def wrap(formula: Callable[..., _R]) -> Callable[_P, _R]:
+        names = list(inspect.signature(formula).parameters)
+        if names != list(signature.parameters):
+            raise TypeError(f"{formula.__name__}{names}: not the arguments of {signature}")
+
+        @functools.wraps(formula)
+        def reference(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return formula(*bound.args)
+
+        reference.__signature__ = signature  # type: ignore[attr-defined]
+        return reference
+
+    return wrap
 
 
 def _along(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:
@@ -60,16 +91,16 @@ def _vjp(
 # ---- forwards -------------------------------------------------------------------------------
 
 
-def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
+@_reference_of(_public.l2_normalize)
+def l2_normalize(x, dim, eps):
     """``x / max(‖x‖₂, eps)`` in float64."""
     x64 = x.double()
     norm = torch.linalg.vector_norm(x64, ord=2, dim=dim, keepdim=True)
     return (x64 / norm.clamp_min(eps)).to(x.dtype)
 
 
-def l1_normalize(
-    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
-) -> torch.Tensor:
+@_reference_of(_public.l1_normalize)
+def l1_normalize(x, dim, eps, mean):
     """``x / max(s, eps)``, ``s = Σ|x|`` (``mean|x|`` when ``mean``), in float64."""
     x64 = x.double()
     s = x64.abs().sum(dim=dim, keepdim=True)
@@ -78,12 +109,8 @@ def l1_normalize(
     return (x64 / s.clamp_min(eps)).to(x.dtype)
 
 
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float | None = None,
-) -> torch.Tensor:
+@_reference_of(_public.rms_norm)
+def rms_norm(x, weight, dim, eps):
     """``x · rsqrt(mean(x²) + eps) · w`` in float64 (eps None: F.rms_norm's default)."""
     eps = _resolve_eps(x, eps)
     x64 = x.double()
@@ -93,13 +120,8 @@ def rms_norm(
     return y.to(x.dtype)
 
 
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float = 1e-5,
-) -> torch.Tensor:
+@_reference_of(_public.layer_norm)
+def layer_norm(x, weight, bias, dim, eps):
     """``(x − μ) · rsqrt(σ² + eps) · w + b`` in float64, σ² the biased variance over dim."""
     x64 = x.double()
     xc = x64 - x64.mean(dim=dim, keepdim=True)
@@ -119,24 +141,22 @@ def _shifted(x64: torch.Tensor, dim: int) -> torch.Tensor:
     return x64 - x64.amax(dim=dim, keepdim=True).detach()
 
 
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+@_reference_of(_public.softmax)
+def softmax(x, dim):
     """``exp(x − m) / Σ exp(x − m)`` in float64."""
     e = torch.exp(_shifted(x.double(), dim))
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+@_reference_of(_public.log_softmax)
+def log_softmax(x, dim):
     """``x − m − log Σ exp(x − m)`` in float64."""
     z = _shifted(x.double(), dim)
     return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)
 
 
-def add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@_reference_of(_public.add_rms_norm)
+def add_rms_norm(x, residual, weight, eps):
     """``(rms_norm(r, weight, -1, eps), r)`` with ``r = x + residual`` rounded to x's dtype
     (torch's ``x + residual``); eps None: F.rms_norm's default (``ops.resolve_eps``)."""
     r = x + residual
