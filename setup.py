@@ -198,6 +198,14 @@ nvcc_flags = [
     "-lineinfo",
     f"--threads={os.environ.get('NVCC_THREADS', '1')}",
 ]
+# __FILE__ (in torch's STD_TORCH_CHECK messages of its stable headers and in the shim error
+# checks) relative to the repository and to torch's include dir (cpp_extension's, spelled as the
+# compiler sees it), not the build machine's paths: a pip build may run in /tmp/pip-.... The host
+# compiler also preprocesses nvcc's device passes, so -Xcompiler covers them.
+TORCH_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
+prefix_maps = [f"-fmacro-prefix-map={ROOT}/=", f"-fmacro-prefix-map={TORCH_INCLUDE}/="]
+cxx_flags += prefix_maps
+nvcc_flags += [f"-Xcompiler={flag}" for flag in prefix_maps]
 if DEBUG:
     nvcc_flags += ["-G"]
 if os.environ.get("ROWNORM_PTXAS_VERBOSE") == "1":

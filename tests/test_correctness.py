@@ -157,16 +157,17 @@ def test_empty(device, op_id):
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameters: absent, of x's dtype, float32 with 16-bit x, other dtypes (converted)
+# Parameters: absent, of x's dtype, float32 with 16-bit x, other dtypes (converted exactly)
 
 # (x dtype, parameter dtype): float32 parameters with 16-bit x are the mixed-precision case; any
-# other pairing is converted by the binding (to float32, or x's dtype for float32/64 x).
+# other pairing is converted exactly by the binding (to float32, or x's dtype for float32/64 x).
+# float64 parameters with other x would be rounded: rejected (test_errors.py).
 PARAM_DTYPES = [
     (torch.bfloat16, torch.float32),
     (torch.float16, torch.float32),
     (torch.bfloat16, torch.float16),
-    (torch.float32, torch.float64),
     (torch.float64, torch.float32),
+    (torch.float64, torch.bfloat16),
     (torch.float32, torch.bfloat16),
 ]
 

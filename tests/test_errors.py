@@ -1,7 +1,10 @@
 """Every user mistake gives a clear error naming the argument and what was expected.
 
 The same message comes from the C++ checks (eager CPU/CUDA), from the fakes (meta tensors,
-torch.compile tracing) and, for the layout check, from the Python wrapper.
+torch.compile tracing) and, for the layout check, from the Python wrapper. Each message is
+"<op>: <argument> must ..., got ...", the argument named as in the op's schema (a backward op's
+y or r, not "x"), dtypes as torch names them, and nothing before the op's name (no source file
+of the build machine).
 
 Why the grid is what it is: the checks are shared by arity, not written per op: every op
 checks x (floating, at least one dim), dim and eps; every parameter its dtype, shape
@@ -15,23 +18,41 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import pytest
 import rownorm
 import torch
-from utils import HAS_CUDA, cuda_only, families, randn, raw_case
+from utils import DTYPES, HAS_CUDA, cuda_only, families, randn, raw_case
 
 FLOATING = "float32, float16, bfloat16 or float64"
 OP_IDS = list(families())
 FAMILIES = families()
+# Every other dtype torch has (integers, bool, complex, float8, float4, bits, quantized, ...),
+# the common ones first (the compiled test takes the first).
+_COMMON = (torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64)
+OTHER_DTYPES = _COMMON + tuple(
+    sorted({d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+           - set(DTYPES) - set(_COMMON), key=str)
+)  # fmt: skip
 
 
-def _x(shape=(3, 4), dtype=torch.float32, device="cpu") -> torch.Tensor:
-    if dtype.is_floating_point:
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _x(shape=(3, 4), dtype=torch.float32, device="cpu") -> torch.Tensor | None:
+    """A tensor to pass; None where torch cannot allocate that dtype on the device (so it
+    cannot reach the op there either). Values of the other dtypes do not matter: they are
+    rejected before anything reads them."""
+    if dtype in DTYPES:
         return randn(shape, dtype, device)
-    if dtype.is_complex:
-        return torch.randn(shape, dtype=dtype, device=device)
-    return torch.randint(0, 5, shape, device=device).to(dtype)
+    try:
+        with warnings.catch_warnings():  # complex32 is "experimental", quantized "deprecated"
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.empty(shape, dtype=dtype, device=device)
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def forward_cases(op, device) -> list[tuple[str, object, dict, int, str]]:
@@ -43,12 +64,12 @@ def forward_cases(op, device) -> list[tuple[str, object, dict, int, str]]:
     def with_rows(t):  # every row input replaced by t (x is checked first)
         return {**good, **{k: t for k in op.row_inputs}}
 
-    for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64):
-        name = str(dtype).removeprefix("torch.")
+    for dtype in OTHER_DTYPES:
+        name = dtype_name(dtype)
         bad = _x(dtype=dtype, device=device)
-        cases.append(
-            (f"x {name}", op, with_rows(bad), -1, re.escape(f"x must be {FLOATING}, got {name}"))
-        )
+        if bad is not None:
+            msg = re.escape(f"x must be {FLOATING}, got {name}")
+            cases.append((f"x {name}", op, with_rows(bad), -1, msg))
     zero_d = {k: torch.tensor(1.5, device=device) for k in op.row_inputs}
     cases.append(("0-d x", op, zero_d, 0 if not op.last_dim_only else -1,
                   re.escape("x must have at least one dimension, got a 0-d tensor")))  # fmt: skip
@@ -72,10 +93,20 @@ def forward_cases(op, device) -> list[tuple[str, object, dict, int, str]]:
             ("0-d", torch.tensor(1.0, device=device), r"\(4,\).*got \(\)"),
         ):
             cases.append((f"{p} {what}", op, {**good, p: t}, -1, rf"{p} must have shape {msg}"))
-        bad = _x((4,), dtype=torch.int64, device=device)
-        cases.append(
-            (f"{p} int", op, {**good, p: bad}, -1, re.escape(f"{p} must be {FLOATING}, got int64"))
-        )
+        for dtype in OTHER_DTYPES:
+            bad = _x((4,), dtype=dtype, device=device)
+            if bad is not None:
+                msg = re.escape(f"{p} must be {FLOATING}, got {dtype_name(dtype)}")
+                cases.append((f"{p} {dtype_name(dtype)}", op, {**good, p: bad}, -1, msg))
+        # A float64 parameter would be rounded to the dtype parameters run in.
+        for x_dtype in (torch.float32, torch.float16, torch.bfloat16):
+            inp = {**op.inputs(_x(dtype=x_dtype, device=device), -1),
+                   p: _x((4,), dtype=torch.float64, device=device)}  # fmt: skip
+            msg = re.escape(
+                f"{p} must be float32, float16 or bfloat16 for a {dtype_name(x_dtype)} x "
+                "(float64 needs a float64 x), got float64"
+            )
+            cases.append((f"float64 {p}, {dtype_name(x_dtype)} x", op, inp, -1, msg))
         if not op.last_dim_only and p == op.params[0]:  # the size along dim, not the last size
             cases.append(
                 (f"{p} along dim 0", op, good, 0, rf"{p} must have shape \(3,\).*got \(4,\)")
@@ -109,12 +140,12 @@ def _meta(inp):
     return {k: v.to("meta") for k, v in inp.items()}
 
 
-def _raises(fn, op, regex, what, prefix=None):
-    """``fn()`` raises a RuntimeError matching "<op>: " + regex; a failure names the case."""
+def _raises(fn, op, regex, what, prefix=None, *, whole=False):
+    """``fn()`` raises a RuntimeError matching "<op>: " + regex (``whole``: the message starts
+    with it, as an eager call's does); a failure names the case."""
+    start = re.escape((prefix or op.name) + ": ") + regex
     try:
-        with pytest.raises(
-            RuntimeError, match=re.escape((prefix or op.name) + ": ") + regex
-        ) as info:
+        with pytest.raises(RuntimeError, match=("^" if whole else "") + start) as info:
             fn()
     except (AssertionError, pytest.fail.Exception) as err:
         raise AssertionError(f"{op.id}, {what}: {err}") from None
@@ -123,16 +154,19 @@ def _raises(fn, op, regex, what, prefix=None):
 
 @pytest.mark.parametrize("op_id", OP_IDS)
 def test_bad_input(device, op_id):
-    """The op and the public function raise the message naming the argument."""
+    """The op and the public function raise the message naming the argument (nothing before
+    the op's name: no source file path)."""
     for what, op, inp, dim, regex in forward_cases(FAMILIES[op_id], device):
-        _raises(lambda op=op, inp=inp, dim=dim: _raw(op, inp, dim), op, regex, what)
-        _raises(lambda op=op, inp=inp, dim=dim: op.call(inp, dim), op, regex, what)
+        _raises(lambda op=op, inp=inp, dim=dim: _raw(op, inp, dim), op, regex, what, whole=True)
+        _raises(lambda op=op, inp=inp, dim=dim: op.call(inp, dim), op, regex, what, whole=True)
 
 
 @pytest.mark.parametrize("op_id", OP_IDS)
 def test_bad_input_fake(op_id):
     """The fakes (meta tensors, torch.compile tracing) raise the eager message."""
     for what, op, inp, dim, regex in forward_cases(FAMILIES[op_id], "cpu"):
+        if any(t.is_quantized for t in inp.values()):
+            continue  # a quantized tensor cannot be a meta tensor
         _raises(lambda op=op, inp=inp, dim=dim: _raw(op, _meta(inp), dim), op, regex, what)
 
 
@@ -171,29 +205,32 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
     def args(c=case, inp=good, o=outs, d=dys, w=want, dim=-1):
         return c.backward_args(d, inp, dim, o, w)
 
+    saved = op.saved  # the tensor the backward reads: x, the output y, or r
     for what, g, msg in (
         ("grad shape", _x((3, 5), device=device), r"shape \(3, 4\), got \(3, 5\)"),
         ("grad rank", _x((12,), device=device), r"shape \(3, 4\), got \(12,\)"),
         ("grad dtype", _x(dtype=torch.float16, device=device),
          r"dtype float32, got float16"),
     ):  # fmt: skip
-        cases.append((what, case, args(d=(g, *dys[1:])), r"grad must have \w+'s " + msg))
-    # the tensor the backward reads (x, the output y, or r) of an integer dtype
+        cases.append((what, case, args(d=(g, *dys[1:])), rf"grad must have {saved}'s " + msg))
+
+    def with_saved(t):  # the arguments with the saved tensor (and the gradients) replaced
+        inp, o = ({**good, "x": t}, outs) if saved == "x" else (good, outs)
+        if saved != "x":
+            o = (t, *outs[1:]) if saved == "y" else (outs[0], t)
+        return args(inp=inp, o=o, d=tuple(torch.ones_like(t) for _ in dys))
+
     bad = _x(dtype=torch.int64, device=device)
-    saved = (
-        ({**good, "x": bad}, outs)
-        if not (op.backward_reads_output or op.residual)
-        else (good, (bad, *outs[1:]) if op.backward_reads_output else (outs[0], bad))
-    )
-    cases.append(("saved int", case, args(inp=saved[0], o=saved[1], d=(bad, *dys[1:])),
-                  rf"\w+ must be {FLOATING}, got int64"))  # fmt: skip
+    cases.append(("saved int", case, with_saved(bad),
+                  re.escape(f"{saved} must be {FLOATING}, got int64")))  # fmt: skip
+    msg = re.escape(f"{saved} must have at least one dimension, got a 0-d tensor")
+    cases.append(("saved 0-d", case, with_saved(torch.tensor(1.5, device=device)), msg))
     if op.has_eps:
         bad_eps = dataclasses.replace(case, eps=-1.0)
         cases.append(("eps", bad_eps, args(c=bad_eps), re.escape("eps must be >= 0, got -1")))
     if not op.last_dim_only:
-        cases.append(
-            ("dim", case, args(dim=5), re.escape("dim must be in [-2, 1] for a 2-d x, got 5"))
-        )
+        msg = re.escape(f"dim must be in [-2, 1] for a 2-d {saved}, got 5")
+        cases.append(("dim", case, args(dim=5), msg))
     if op.params:
         no_params = {k: v for k, v in good.items() if k not in op.params}
         cases.append(
@@ -201,9 +238,8 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
         )
         if "weight" in op.params:
             inp = {**good, "weight": _x((5,), device=device)}
-            cases.append(
-                ("weight shape", case, args(inp=inp), r"weight must have shape \(4,\).*got \(5,\)")
-            )
+            msg = rf"weight must have shape \(4,\) \(the size of {saved} along dim 1\), got \(5,\)"
+            cases.append(("weight shape", case, args(inp=inp), msg))
     if op.name in ("rms_norm", "add_rms_norm"):
         offset = dataclasses.replace(case, options={"weight_offset": 1.0})
         no_weight = {k: v for k, v in good.items() if k != "weight"}
@@ -212,8 +248,8 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
                       args(c=offset, inp=no_weight, w=frozenset()), re.escape(msg)))  # fmt: skip
     if op.n_outputs > 1:
         g2 = _x(dtype=torch.float16, device=device)
-        cases.append(("grad_residual dtype", case, args(d=(dys[0], g2)),
-                      r"grad_residual must have .*dtype float32, got float16"))  # fmt: skip
+        msg = rf"grad_residual must have {saved}'s dtype float32, got float16"
+        cases.append(("grad_residual dtype", case, args(d=(dys[0], g2)), msg))
     return cases
 
 
@@ -221,7 +257,12 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
 def test_backward_bad_input(device, op_id):
     for what, case, args, regex in backward_cases(FAMILIES[op_id], device):
         _raises(
-            lambda c=case, a=args: c.backward_op(*a), case, regex, what, case.name + "_backward"
+            lambda c=case, a=args: c.backward_op(*a),
+            case,
+            regex,
+            what,
+            case.name + "_backward",
+            whole=True,
         )
 
 
@@ -278,6 +319,49 @@ def test_sparse(device):
                 op.backward_op(*args)
 
 
+def _unsupported_kinds(t: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    """(t as a tensor that dispatches to no kernel of rownorm, what the message says of it):
+    nested, and on the CPU mkldnn and quantized."""
+    kinds = [(torch.nested.nested_tensor([t]), "got a nested tensor")]
+    if t.device.type == "cpu":
+        kinds.append((t.to_mkldnn(), "got layout torch._mkldnn"))
+        q = torch.quantize_per_tensor(t, 0.1, 0, torch.qint8)
+        kinds.append((q, f"must be {FLOATING}, got qint8"))
+    return kinds
+
+
+def test_unsupported_tensors(device):
+    """An mkldnn, quantized or nested tensor in any tensor argument of an op or its backward
+    op: the error names the op and the argument."""
+    with warnings.catch_warnings():  # nested tensors are a "prototype", quantized "deprecated"
+        warnings.simplefilter("ignore", UserWarning)
+        for op in FAMILIES.values():
+            good = op.inputs(_x(device=device), -1)
+            case = raw_case(op, good["x"])
+            outs = case.raw(good, -1)
+            for name in op.input_names:
+                for t, got in _unsupported_kinds(good[name]):
+                    msg = re.escape(f"{op.name}: {name} ") + ".*" + re.escape(got)
+                    with pytest.raises(RuntimeError, match=msg):
+                        _raw(op, {**good, name: t}, -1)
+            dys = tuple(torch.ones_like(o) for o in outs)
+            for t, got in _unsupported_kinds(dys[0]):
+                args = case.backward_args((t, *dys[1:]), good, -1, outs, frozenset())
+                msg = re.escape(f"{op.name}_backward: grad ") + ".*" + re.escape(got)
+                with pytest.raises(RuntimeError, match=msg):
+                    case.backward_op(*args)
+
+
+def test_not_a_tensor():
+    """The public functions name a non-tensor argument before the dispatcher's error."""
+    for op in FAMILIES.values():
+        good = op.inputs(_x(), -1)
+        for name in op.row_inputs:
+            msg = re.escape(f"{op.name}: {name} must be a torch.Tensor, got list")
+            with pytest.raises(TypeError, match=msg):
+                op.call({**good, name: [1.0, 2.0]}, -1)
+
+
 @cuda_only
 def test_other_device():
     """A parameter, residual or gradient on another device than x: named, with both devices."""
@@ -300,7 +384,8 @@ def test_other_device():
             case = raw_case(op, good["x"])
             outs = case.raw(good, -1)
             dys = (outs[0].to(o_dev), *[torch.ones_like(o) for o in outs[1:]])
-            with pytest.raises(RuntimeError, match=r"_backward: \w+ must be on \w+'s device"):
+            msg = f"{op.name}_backward: grad must be on {op.saved}'s device"
+            with pytest.raises(RuntimeError, match=re.escape(msg)):
                 case.backward_op(*case.backward_args(dys, good, -1, outs, frozenset(op.params)))
 
 

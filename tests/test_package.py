@@ -15,6 +15,7 @@ import ast
 import importlib.metadata
 import os
 import re
+import struct
 import subprocess
 import sys
 import types
@@ -92,6 +93,41 @@ def test_py_typed_shipped():
     if dist is not None:
         files = {str(f) for f in dist.files or ()}
         assert "rownorm/py.typed" in files, sorted(files)
+
+
+def _elf_section(path: str, name: str) -> bytes:
+    """The contents of section ``name`` of a 64-bit little-endian ELF file."""
+    data = Path(path).read_bytes()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:  # (name offset, file offset, size)
+        base = shoff + i * shentsize
+        (name_at,) = struct.unpack_from("<I", data, base)
+        offset, size = struct.unpack_from("<QQ", data, base + 0x18)
+        return name_at, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    for i in range(shnum):
+        name_at, offset, size = header(i)
+        end = data.index(b"\0", names_at + name_at)
+        if data[names_at + name_at : end].decode() == name:
+            return data[offset : offset + size]
+    raise AssertionError(f"{path} has no {name} section")
+
+
+def test_messages_name_no_build_paths():
+    """The library's read-only data (its messages: the source files __FILE__ names in checks
+    compiled into it) holds no path of the machine that built it: sources are named relative to
+    the repository and to torch's include dir (setup.py's -fmacro-prefix-map)."""
+    rodata = _elf_section(rownorm._LIBRARY_PATH, ".rodata")
+    for relative in (b"src/bindings/", b"torch/csrc/"):
+        at = rodata.find(relative)
+        assert at >= 0, f"no {relative!r} in .rodata: the check is looking at the wrong thing"
+        while at >= 0:
+            start = rodata.rfind(b"\0", 0, at) + 1
+            assert rodata[start:at] == b"", rodata[start : at + 40]
+            at = rodata.find(relative, at + 1)
 
 
 @pytest.mark.parametrize("built", [13, "13", "13.0"])

@@ -3,7 +3,9 @@
 Every op reduces over one dimension ``dim`` of a tensor of any rank ≥ 1 (the other dims are
 rows), accumulates in float32 (float64 for float64 inputs) and rounds its output once to
 ``x.dtype``; outputs are new contiguous tensors of ``x``'s shape and dtype. ``weight`` /
-``bias`` have shape ``(x.size(dim),)`` and may be float32 while ``x`` is float16 / bfloat16.
+``bias`` have shape ``(x.size(dim),)`` and may be float32 while ``x`` is float16 / bfloat16;
+a parameter of another floating dtype is converted exactly to the one it runs in (x's, or
+float32 for 16-bit x), and a float64 one, which would be rounded, needs float64 ``x``.
 All ops are differentiable (first order; only :func:`l2_normalize` has a double backward).
 """
 
@@ -13,7 +15,9 @@ import torch
 
 
 def _check_dense(op: str, t: torch.Tensor, name: str = "x") -> None:
-    # Sparse tensors have no kernel; say so before the dispatcher's generic error.
+    # Non-tensors and sparse tensors: say so before the dispatcher's generic error.
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.layout != torch.strided:
         raise ValueError(f"{op}: {name} must be a dense (strided) tensor, got layout {t.layout}")
 

@@ -38,32 +38,36 @@ def _shape_name(t: torch.Tensor) -> str:
 
 # ---- checks shared by the fakes (each mirrors a check of src/bindings, message included) ----
 
+_FLOATING = "float32, float16, bfloat16 or float64"
+
 
 def check_floating(op: str, name: str, t: torch.Tensor) -> None:
     torch._check(
         t.dtype in _FLOAT_DTYPES,
-        lambda: (
-            f"{op}: {name} must be float32, float16, bfloat16 or float64, got {dtype_name(t.dtype)}"
-        ),
+        lambda: f"{op}: {name} must be {_FLOATING}, got {dtype_name(t.dtype)}",
     )
 
 
-def check_rowwise_input(op: str, x: torch.Tensor, dim: int) -> int:
-    """Validates ``x`` and ``dim`` the way the C++ bindings do; returns the wrapped dim.
+def check_rowwise_input(op: str, name: str, x: torch.Tensor, dim: int) -> int:
+    """Validates the tensor an op reduces (named ``name``: x, or the y / r a backward op
+    reads) and ``dim`` the way the C++ bindings do; returns the wrapped dim.
 
     Used by the fakes, so torch.compile reports the same errors as eager execution.
     """
     torch._check(
         x.layout == torch.strided,
-        lambda: f"{op}: x must be a dense (strided) tensor, got layout {x.layout}",
+        lambda: f"{op}: {name} must be a dense (strided) tensor, got layout {x.layout}",
     )
-    check_floating(op, "x", x)
+    check_floating(op, name, x)
     torch._check(
-        x.dim() >= 1, lambda: f"{op}: x must have at least one dimension, got a 0-d tensor"
+        x.dim() >= 1,
+        lambda: f"{op}: {name} must have at least one dimension, got a 0-d tensor",
     )
     torch._check(
         -x.dim() <= dim < x.dim(),
-        lambda: f"{op}: dim must be in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d x, got {dim}",
+        lambda: (
+            f"{op}: dim must be in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d {name}, got {dim}"
+        ),
     )
     return dim % x.dim()
 
@@ -73,53 +77,60 @@ def check_eps(op: str, eps: float) -> None:
     torch._check(eps >= 0, lambda: f"{op}: eps must be >= 0, got {eps:g}")
 
 
-def check_like(op: str, name: str, other: torch.Tensor, x: torch.Tensor) -> None:
-    """``other`` (called ``name``) has x's device, dtype and shape (checked in that order)."""
+def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
+    """``other`` (called ``name``) has the device, dtype and shape of x (called ``x_name``),
+    checked in that order."""
     torch._check(
         other.device == x.device,
         lambda: (
-            f"{op}: {name} must be on x's device ({_device_name(x.device)}), "
+            f"{op}: {name} must be on {x_name}'s device ({_device_name(x.device)}), "
             f"got {_device_name(other.device)}"
         ),
     )
     torch._check(
         other.dtype == x.dtype,
         lambda: (
-            f"{op}: {name} must have x's dtype {dtype_name(x.dtype)}, got {dtype_name(other.dtype)}"
+            f"{op}: {name} must have {x_name}'s dtype {dtype_name(x.dtype)}, "
+            f"got {dtype_name(other.dtype)}"
         ),
     )
     torch._check(
         other.shape == x.shape,
-        lambda: f"{op}: {name} must have x's shape {_shape_name(x)}, got {_shape_name(other)}",
+        lambda: (
+            f"{op}: {name} must have {x_name}'s shape {_shape_name(x)}, got {_shape_name(other)}"
+        ),
     )
 
 
-def check_param(op: str, name: str, p: torch.Tensor | None, x: torch.Tensor, dim: int) -> None:
-    """An optional per-column parameter (weight, bias): floating, shape ``(x.size(dim),)``,
-    on x's device. ``dim`` is the wrapped dim."""
+def check_param(
+    op: str, name: str, p: torch.Tensor | None, x_name: str, x: torch.Tensor, dim: int
+) -> None:
+    """An optional per-column parameter (weight, bias) of x (called ``x_name``): floating, and
+    float64 only with float64 x (it would be rounded to the dtype parameters run in), shape
+    ``(x.size(dim),)``, on x's device. ``dim`` is the wrapped dim."""
     if p is None:
         return
     check_floating(op, name, p)
     torch._check(
+        p.dtype != torch.float64 or x.dtype == torch.float64,
+        lambda: (
+            f"{op}: {name} must be float32, float16 or bfloat16 for a {dtype_name(x.dtype)} "
+            f"{x_name} (float64 needs a float64 {x_name}), got float64"
+        ),
+    )
+    torch._check(
         p.dim() == 1 and p.shape[0] == x.shape[dim],
         lambda: (
-            f"{op}: {name} must have shape ({x.shape[dim]},) (the size of x along dim {dim}), "
-            f"got {_shape_name(p)}"
+            f"{op}: {name} must have shape ({x.shape[dim]},) (the size of {x_name} along dim "
+            f"{dim}), got {_shape_name(p)}"
         ),
     )
     torch._check(
         p.device == x.device,
         lambda: (
-            f"{op}: {name} must be on x's device ({_device_name(x.device)}), "
+            f"{op}: {name} must be on {x_name}'s device ({_device_name(x.device)}), "
             f"got {_device_name(p.device)}"
         ),
-    )
-
-
-def check_weight_grad(op: str, weight: torch.Tensor | None, weight_grad: bool) -> None:
-    torch._check(
-        not weight_grad or weight is not None,
-        lambda: f"{op}: weight_grad=True needs the weight, got weight=None",
     )
 
 
@@ -202,39 +213,118 @@ def _register_no_double_backward(op: str) -> None:
 
 # ---- registration shared by every op --------------------------------------------------------
 
-# Sparse layouts (COO; CSR, CSC, BSR, BSC) dispatch to these keys, where the dense kernels of
-# src/bindings are not registered: without a kernel there the dispatcher would say only that the
-# op cannot run on the backend.
-_SPARSE_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+# The ops of src/bindings/registration.cpp; each has a ``<op>_backward`` op.
+_OPS = ("l2_normalize", "l1_normalize", "rms_norm", "layer_norm", "softmax", "log_softmax")
+_OPS += ("add_rms_norm",)
+# Per-column parameters, checked against the reduced dim; a backward op's ``<param>_grad`` flag
+# requests its gradient.
+_PARAMS = ("weight", "bias")
+# The options of the RMSNorm ops (weight_offset, which the backward ops take too, and
+# casting_mode), checked where an op's schema has them, after the parameters and flags.
+_OPTIONS = {
+    "weight_offset": lambda op, a: check_weight_offset(op, a["weight"], a["weight_offset"]),
+    "casting_mode": lambda op, a: check_casting_mode(op, a["casting_mode"]),
+}
+# Tensors dispatch to these keys, where the dense kernels of src/bindings are not registered:
+# sparse layouts (COO; CSR, CSC, BSR, BSC), mkldnn, quantized and nested tensors. Without a
+# kernel there the dispatcher would say only that the op cannot run on the backend.
+_UNSUPPORTED_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA", "MkldnnCPU")
+_UNSUPPORTED_KEYS += ("QuantizedCPU", "QuantizedCUDA", "NestedTensorCPU", "NestedTensorCUDA")
 _LIB = torch.library.Library("rownorm", "IMPL")  # kept alive: deleting it unregisters
 
 
-def _reject_sparse(name: str) -> None:
-    """Registers, for every sparse key, a kernel of ``rownorm::<name>`` that raises an error
-    naming the op and its first sparse tensor argument (check_rowwise_input's message for x)."""
-    arg_names = [a.name for a in getattr(torch.ops.rownorm, name).default._schema.arguments]
+def _overload(name: str) -> torch._ops.OpOverload:
+    return getattr(torch.ops.rownorm, name).default
+
+
+def _bind(op: torch._ops.OpOverload, args, kwargs) -> dict:
+    """The arguments of a call of ``op`` by name, in schema order, defaults filled in (the
+    dispatcher drops trailing arguments equal to their defaults)."""
+    given = dict(zip((a.name for a in op._schema.arguments), args, strict=False)) | kwargs
+    return {a.name: given.get(a.name, a.default_value) for a in op._schema.arguments}
+
+
+def _unsupported(t: torch.Tensor) -> str | None:
+    """What a tensor is that no kernel of rownorm takes (None: a dense floating tensor)."""
+    if t.layout != torch.strided:
+        return f"must be a dense (strided) tensor, got layout {t.layout}"
+    if t.is_nested:
+        return "must be a dense (strided) tensor, got a nested tensor"
+    if t.is_quantized:
+        return f"must be {_FLOATING}, got {dtype_name(t.dtype)}"
+    return None
+
+
+def _reject_unsupported(name: str) -> None:
+    """Registers, for every key of _UNSUPPORTED_KEYS, a kernel of ``rownorm::<name>`` raising an
+    error that names the op and its first such tensor argument."""
+    op = _overload(name)
 
     def kernel(*args, **kwargs):
-        # Trailing arguments left at their defaults may be dropped by the dispatcher.
-        bound = {**dict(zip(arg_names, args, strict=False)), **kwargs}
-        for arg in arg_names:
-            t = bound.get(arg)
-            if isinstance(t, torch.Tensor) and t.layout != torch.strided:
-                raise RuntimeError(
-                    f"{name}: {arg} must be a dense (strided) tensor, got layout {t.layout}"
-                )
-        raise RuntimeError(f"{name}: dispatched to a sparse kernel without a sparse argument")
+        for arg, t in _bind(op, args, kwargs).items():
+            what = _unsupported(t) if isinstance(t, torch.Tensor) else None
+            if what is not None:
+                raise RuntimeError(f"{name}: {arg} {what}")
+        raise RuntimeError(f"{name}: dispatched to a non-dense kernel without such an argument")
 
-    for key in _SPARSE_KEYS:
+    for key in _UNSUPPORTED_KEYS:
         _LIB.impl(name, kernel, key)
 
 
-def _register_fake(qualname: str, fake=None):
-    """``torch.library.register_fake`` plus the sparse-input error, for every op (each op has a
-    fake, so none is left without it)."""
-    _reject_sparse(qualname.removeprefix("rownorm::"))
-    return torch.library.register_fake(qualname, fake)
+def _fake(name: str):
+    """The fake of ``rownorm::<name>``, read off its schema: the binding's checks, in its order
+    and with its messages, then new outputs.
 
+    The reduced tensor is the first required tensor but ``grad`` (x; the y or r a backward op
+    reads). Checked: it and dim (an op without a dim reduces the last), eps (None: F.rms_norm's
+    default), every other tensor but the parameters against it (residual, grad, grad_residual;
+    absent ones skipped), the parameters, every ``<param>_grad`` flag against its parameter
+    (where the op takes it), the options of ``_OPTIONS`` it takes. Outputs: new tensors like
+    the reduced one, then one parameter gradient per ``*_grad`` flag.
+    """
+    op = _overload(name)
+    schema = op._schema
+    names = [a.name for a in schema.arguments]
+    tensors = [a for a in schema.arguments if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())]
+    main = next(
+        a.name for a in tensors if isinstance(a.type, torch._C.TensorType) and a.name != "grad"
+    )
+    params = [a.name for a in tensors if a.name in _PARAMS]
+    likes = [a.name for a in tensors if a.name not in (main, *params)]
+    flags = [n for n in names if n.endswith("_grad") and n.removesuffix("_grad") in _PARAMS]
+    options = [n for n in names if n in _OPTIONS]
+    row_outputs = len(schema.returns) - len(flags)
+
+    def fake(*args, **kwargs):
+        a = _bind(op, args, kwargs)
+        x = a[main]
+        dim = check_rowwise_input(name, main, x, a["dim"] if "dim" in a else -1)
+        if "eps" in a:
+            check_eps(name, resolve_eps(x, a["eps"]))
+        for other in likes:
+            if a[other] is not None:
+                check_like(name, other, a[other], main, x)
+        for p in params:
+            check_param(name, p, a[p], main, x, dim)
+        for flag in flags:
+            p = flag.removesuffix("_grad")
+            torch._check(
+                p not in a or not a[flag] or a[p] is not None,
+                lambda flag=flag, p=p: f"{name}: {flag}=True needs the {p}, got {p}=None",
+            )
+        for option in options:
+            _OPTIONS[option](name, a)
+        outs = [_new_like(x) for _ in range(row_outputs)]
+        outs += [_param_grad(x, dim, a[flag]) for flag in flags]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return fake
+
+
+for _op in (*_OPS, *(f"{op}_backward" for op in _OPS)):
+    _reject_unsupported(_op)
+    torch.library.register_fake(f"rownorm::{_op}", _fake(_op), lib=_LIB)
+del _op
 
 # ---- autograd transforms: forward-mode AD and functorch -------------------------------------
 
@@ -267,20 +357,14 @@ def _has_tangent(args) -> bool:
     return False
 
 
-# Forward ops whose tangents come from rownorm.reference (torch ops in float64 on the dual
-# inputs, so the tangent is torch's own forward-mode formula); the backward ops raise.
-_JVP_OPS = frozenset(
-    ("l2_normalize", "l1_normalize", "rms_norm", "layer_norm", "softmax", "log_softmax")
-    + ("add_rms_norm",)
-)
-
-
 def _forward_ad(op, name: str, args, kwargs):
     """The op's output from the kernel on the primals, with the tangent of the float64
     reference composite evaluated on the dual inputs (rounded to the output's dtype)."""
     from rownorm import reference  # imports this module
 
-    ref = getattr(reference, name)(*args, **kwargs)
+    # By name: a reference takes its public function's signature (options keyword-only), whose
+    # argument names are the schema's.
+    ref = getattr(reference, name)(**_bind(op, args, kwargs))
     primals = [fwAD.unpack_dual(a).primal if isinstance(a, torch.Tensor) else a for a in args]
     out = op(*primals, **kwargs)
 
@@ -313,7 +397,7 @@ def _register_autograd(qualname: str, backward, setup_context=None) -> None:
 
     def kernel(keyset, *args, **kwargs):
         if fwAD._current_level >= 0 and _has_tangent(args):
-            if name not in _JVP_OPS:
+            if name not in _OPS:  # a backward op: the tangent would need its derivative
                 raise _forward_ad_error(name)
             return _forward_ad(op, name, args, kwargs)
         try:
@@ -327,24 +411,6 @@ def _register_autograd(qualname: str, backward, setup_context=None) -> None:
 
 
 # ---- l2_normalize -------------------------------------------------------------------------
-
-
-@_register_fake("rownorm::l2_normalize")
-def _l2_normalize_fake(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
-    check_rowwise_input("l2_normalize", x, dim)
-    check_eps("l2_normalize", eps)
-    return _new_like(x)
-
-
-@_register_fake("rownorm::l2_normalize_backward")
-def _l2_normalize_backward_fake(
-    grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12
-) -> torch.Tensor:
-    op = "l2_normalize_backward"
-    check_rowwise_input(op, x, dim)
-    check_eps(op, eps)
-    check_like(op, "grad", grad, x)
-    return _new_like(x)
 
 
 def _l2_normalize_setup_context(ctx, inputs, output) -> None:
@@ -414,26 +480,6 @@ _register_autograd(
 # ---- l1_normalize -------------------------------------------------------------------------
 
 
-@_register_fake("rownorm::l1_normalize")
-def _l1_normalize_fake(
-    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
-) -> torch.Tensor:
-    check_rowwise_input("l1_normalize", x, dim)
-    check_eps("l1_normalize", eps)
-    return _new_like(x)
-
-
-@_register_fake("rownorm::l1_normalize_backward")
-def _l1_normalize_backward_fake(
-    grad: torch.Tensor, x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
-) -> torch.Tensor:
-    op = "l1_normalize_backward"
-    check_rowwise_input(op, x, dim)
-    check_eps(op, eps)
-    check_like(op, "grad", grad, x)
-    return _new_like(x)
-
-
 def _l1_normalize_setup_context(ctx, inputs, output) -> None:
     x, dim, eps, mean = inputs
     # Like l2: the backward recomputes Σ|x| from x in the pass that reads dy.
@@ -455,44 +501,6 @@ _register_autograd(
 _register_no_double_backward("l1_normalize")
 
 # ---- rms_norm -----------------------------------------------------------------------------
-
-
-@_register_fake("rownorm::rms_norm")
-def _rms_norm_fake(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float | None = None,
-    weight_offset: float = 0.0,
-    casting_mode: str = "once",
-) -> torch.Tensor:
-    op = "rms_norm"
-    dim = check_rowwise_input(op, x, dim)
-    check_eps(op, resolve_eps(x, eps))
-    check_param(op, "weight", weight, x, dim)
-    check_weight_offset(op, weight, weight_offset)
-    check_casting_mode(op, casting_mode)
-    return _new_like(x)
-
-
-@_register_fake("rownorm::rms_norm_backward")
-def _rms_norm_backward_fake(
-    grad: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    dim: int,
-    eps: float,
-    weight_grad: bool,
-    weight_offset: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    op = "rms_norm_backward"
-    dim = check_rowwise_input(op, x, dim)
-    check_eps(op, eps)
-    check_like(op, "grad", grad, x)
-    check_param(op, "weight", weight, x, dim)
-    check_weight_grad(op, weight, weight_grad)
-    check_weight_offset(op, weight, weight_offset)
-    return _new_like(x), _param_grad(x, dim, weight_grad)
 
 
 def _rms_norm_setup_context(ctx, inputs, output) -> None:
@@ -522,41 +530,6 @@ _register_autograd("rownorm::rms_norm", _rms_norm_backward, setup_context=_rms_n
 _register_no_double_backward("rms_norm")
 
 # ---- layer_norm ---------------------------------------------------------------------------
-
-
-@_register_fake("rownorm::layer_norm")
-def _layer_norm_fake(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    op = "layer_norm"
-    dim = check_rowwise_input(op, x, dim)
-    check_eps(op, eps)
-    check_param(op, "weight", weight, x, dim)
-    check_param(op, "bias", bias, x, dim)
-    return _new_like(x)
-
-
-@_register_fake("rownorm::layer_norm_backward")
-def _layer_norm_backward_fake(
-    grad: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    dim: int,
-    eps: float,
-    weight_grad: bool,
-    bias_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    op = "layer_norm_backward"
-    dim = check_rowwise_input(op, x, dim)
-    check_eps(op, eps)
-    check_like(op, "grad", grad, x)
-    check_param(op, "weight", weight, x, dim)
-    check_weight_grad(op, weight, weight_grad)
-    return _new_like(x), _param_grad(x, dim, weight_grad), _param_grad(x, dim, bias_grad)
 
 
 def _layer_norm_setup_context(ctx, inputs, output) -> None:
@@ -591,24 +564,6 @@ _register_no_double_backward("layer_norm")
 # ---- softmax / log_softmax ----------------------------------------------------------------
 
 
-def _softmax_fake(op: str):
-    def fake(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        check_rowwise_input(op, x, dim)
-        return _new_like(x)
-
-    return fake
-
-
-def _softmax_backward_fake(op: str):
-    def fake(grad: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        check_floating(op, "y", y)
-        check_rowwise_input(op, y, dim)
-        check_like(op, "grad", grad, y)
-        return _new_like(y)
-
-    return fake
-
-
 def _softmax_setup_context(ctx, inputs, output) -> None:
     x, dim = inputs
     # Both backwards are cheapest from the forward's OUTPUT y (no max / sum-exp to redo):
@@ -629,8 +584,6 @@ def _softmax_autograd(op: str):
 
 
 for _op in ("softmax", "log_softmax"):
-    _register_fake(f"rownorm::{_op}", _softmax_fake(_op))
-    _register_fake(f"rownorm::{_op}_backward", _softmax_backward_fake(f"{_op}_backward"))
     _register_autograd(
         f"rownorm::{_op}", _softmax_autograd(_op), setup_context=_softmax_setup_context
     )
@@ -638,48 +591,6 @@ for _op in ("softmax", "log_softmax"):
 del _op
 
 # ---- add_rms_norm -------------------------------------------------------------------------
-
-
-@_register_fake("rownorm::add_rms_norm")
-def _add_rms_norm_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float | None = None,
-    weight_offset: float = 0.0,
-    casting_mode: str = "once",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    op = "add_rms_norm"
-    dim = check_rowwise_input(op, x, -1)
-    check_like(op, "residual", residual, x)
-    check_eps(op, resolve_eps(x, eps))
-    check_param(op, "weight", weight, x, dim)
-    check_weight_offset(op, weight, weight_offset)
-    check_casting_mode(op, casting_mode)
-    return _new_like(x), _new_like(x)
-
-
-@_register_fake("rownorm::add_rms_norm_backward")
-def _add_rms_norm_backward_fake(
-    grad: torch.Tensor,
-    grad_residual: torch.Tensor | None,
-    r: torch.Tensor,
-    weight: torch.Tensor | None,
-    eps: float,
-    weight_grad: bool,
-    weight_offset: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    op = "add_rms_norm_backward"
-    # As in C++, r is checked (and named) as the x of rms_norm.
-    dim = check_rowwise_input(op, r, -1)
-    check_eps(op, eps)
-    check_like(op, "grad", grad, r)
-    check_param(op, "weight", weight, r, dim)
-    check_weight_grad(op, weight, weight_grad)
-    check_weight_offset(op, weight, weight_offset)
-    if grad_residual is not None:
-        check_like(op, "grad_residual", grad_residual, r)
-    return _new_like(r), _param_grad(r, dim, weight_grad)
 
 
 def _add_rms_norm_setup_context(ctx, inputs, output) -> None:
@@ -749,17 +660,16 @@ def _per_sample(op, size: int, in_dims, args):
 
 
 def _full_args(op, args, in_dims):
-    """The dispatcher drops trailing arguments equal to their defaults: put them back (and a
-    None in_dim for each)."""
-    schema_args = op._schema.arguments
-    full = list(args) + [a.default_value for a in schema_args[len(args) :]]
+    """Every argument, defaults included (see _bind), and a None in_dim for each added one."""
+    full = list(_bind(op, args, {}).values())
     return full, tuple(in_dims) + (None,) * (len(full) - len(in_dims))
 
 
-def _vmap_x_rule(name: str, n_params: int):
-    """Batching rule of an op ``(x, *params, dim, *rest)`` with ``n_params`` per-column
-    parameters after x."""
-    op = getattr(torch.ops.rownorm, name).default
+def _vmap_x_rule(name: str):
+    """Batching rule of an op ``(x, *params, dim, *rest)`` (the per-column parameters after x
+    read off its schema)."""
+    op = _overload(name)
+    n_params = sum(a.name in _PARAMS for a in op._schema.arguments)
 
     def rule(info, in_dims, *args):
         args, in_dims = _full_args(op, args, in_dims)
@@ -782,16 +692,10 @@ def _vmap_x_rule(name: str, n_params: int):
     return rule
 
 
-for _name, _n in (
-    ("l2_normalize", 0),
-    ("l1_normalize", 0),
-    ("rms_norm", 1),
-    ("layer_norm", 2),
-    ("softmax", 0),
-    ("log_softmax", 0),
-):
-    torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name, _n), lib=_LIB)
-del _name, _n
+for _name in _OPS:
+    if _name != "add_rms_norm":  # reduces the last dim of two inputs: its own rule below
+        torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name), lib=_LIB)
+del _name
 
 
 def _add_rms_norm_vmap(info, in_dims, *args):

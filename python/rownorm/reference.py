@@ -1,7 +1,8 @@
 """Float64 reference implementations of every rownorm op: the truth tests and benchmarks use.
 
-Each forward computes in float64 (on x's device) from the given (already rounded) inputs and
-returns x's dtype, rounded once. The formulas are written out here, not taken from
+Each forward takes the arguments of its public function in :mod:`rownorm.functional` (its
+signature and defaults), computes in float64 (on x's device) from the given (already rounded)
+inputs and returns x's dtype, rounded once. The formulas are written out here, not taken from
 ``torch.nn.functional``, so that the tests' comparisons with ``F.*`` are a second, independent
 check. The forwards stay differentiable for float64 inputs (the benchmark harness takes its
 backward reference by float64 autograd of them).
@@ -14,11 +15,41 @@ parameter's dtype (None for a parameter not given).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import torch
 
+from rownorm import functional as _public
 from rownorm.ops import resolve_eps as _resolve_eps  # F.rms_norm's default eps
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reference_of(public: Callable[_P, _R]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """The float64 reference of the public function ``public``: it takes ``public``'s
+    arguments (its signature, defaults included, for callers and type checkers alike: one
+    place, functional.py), passed to the formula positionally in that order."""
+    signature = inspect.signature(public)
+
+    def wrap(formula: Callable[..., _R]) -> Callable[_P, _R]:
+        names = list(inspect.signature(formula).parameters)
+        if names != list(signature.parameters):
+            raise TypeError(f"{formula.__name__}{names}: not the arguments of {signature}")
+
+        @functools.wraps(formula)
+        def reference(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return formula(*bound.arguments.values())  # bound.args drops keyword-only ones
+
+        reference.__signature__ = signature  # type: ignore[attr-defined]
+        return reference
+
+    return wrap
 
 
 def _along(p: torch.Tensor | None, x: torch.Tensor, dim: int) -> torch.Tensor | None:
@@ -60,16 +91,16 @@ def _vjp(
 # ---- forwards -------------------------------------------------------------------------------
 
 
-def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
+@_reference_of(_public.l2_normalize)
+def l2_normalize(x, dim, eps):
     """``x / max(‖x‖₂, eps)`` in float64."""
     x64 = x.double()
     norm = torch.linalg.vector_norm(x64, ord=2, dim=dim, keepdim=True)
     return (x64 / norm.clamp_min(eps)).to(x.dtype)
 
 
-def l1_normalize(
-    x: torch.Tensor, dim: int = -1, eps: float = 1e-12, mean: bool = False
-) -> torch.Tensor:
+@_reference_of(_public.l1_normalize)
+def l1_normalize(x, dim, eps, mean):
     """``x / max(s, eps)``, ``s = Σ|x|`` (``mean|x|`` when ``mean``), in float64."""
     x64 = x.double()
     s = x64.abs().sum(dim=dim, keepdim=True)
@@ -78,14 +109,8 @@ def l1_normalize(
     return (x64 / s.clamp_min(eps)).to(x.dtype)
 
 
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float | None = None,
-    weight_offset: float = 0.0,
-    casting_mode: str = "once",
-) -> torch.Tensor:
+@_reference_of(_public.rms_norm)
+def rms_norm(x, weight, dim, eps, weight_offset, casting_mode):
     """``ŷ · (w + weight_offset)``, ``ŷ = x · rsqrt(mean(x²) + eps)``, in float64 (eps None:
     F.rms_norm's default). ``casting_mode="llama"`` rounds ŷ to x's dtype before the product
     (HF LlamaRMSNorm's ``w * ŷ.to(dtype)``); the product is rounded to x's dtype in both modes.
@@ -101,13 +126,8 @@ def rms_norm(
     return y.to(x.dtype)
 
 
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    dim: int = -1,
-    eps: float = 1e-5,
-) -> torch.Tensor:
+@_reference_of(_public.layer_norm)
+def layer_norm(x, weight, bias, dim, eps):
     """``(x − μ) · rsqrt(σ² + eps) · w + b`` in float64, σ² the biased variance over dim."""
     x64 = x.double()
     xc = x64 - x64.mean(dim=dim, keepdim=True)
@@ -127,31 +147,28 @@ def _shifted(x64: torch.Tensor, dim: int) -> torch.Tensor:
     return x64 - x64.amax(dim=dim, keepdim=True).detach()
 
 
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+@_reference_of(_public.softmax)
+def softmax(x, dim):
     """``exp(x − m) / Σ exp(x − m)`` in float64."""
     e = torch.exp(_shifted(x.double(), dim))
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+@_reference_of(_public.log_softmax)
+def log_softmax(x, dim):
     """``x − m − log Σ exp(x − m)`` in float64."""
     z = _shifted(x.double(), dim)
     return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)
 
 
-def add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float | None = None,
-    weight_offset: float = 0.0,
-    casting_mode: str = "once",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rms_norm(r, weight, -1, eps, weight_offset, casting_mode), r)`` with
+@_reference_of(_public.add_rms_norm)
+def add_rms_norm(x, residual, weight, eps, weight_offset, casting_mode):
+    """``(rms_norm(r, weight, -1, eps, weight_offset=..., casting_mode=...), r)`` with
     ``r = x + residual`` rounded to x's dtype (torch's ``x + residual``); eps None:
     F.rms_norm's default (``ops.resolve_eps``)."""
     r = x + residual
-    return rms_norm(r, weight, -1, _resolve_eps(x, eps), weight_offset, casting_mode), r
+    eps = _resolve_eps(x, eps)
+    return rms_norm(r, weight, -1, eps, weight_offset=weight_offset, casting_mode=casting_mode), r
 
 
 # ---- backwards ------------------------------------------------------------------------------
@@ -184,7 +201,9 @@ def rms_norm_backward(
     """``(dx, dweight)`` of :func:`rms_norm` (either casting mode: the gradient of the
     unrounded formula); dweight None without a weight."""
     eps = _resolve_eps(x, eps)  # x's dtype, not the float64 of the autograd copy
-    dx, dw = _vjp(lambda t, w: rms_norm(t, w, dim, eps, weight_offset), [x, weight], [grad])
+    dx, dw = _vjp(
+        lambda t, w: rms_norm(t, w, dim, eps, weight_offset=weight_offset), [x, weight], [grad]
+    )
     return dx, dw
 
 
@@ -230,6 +249,8 @@ def add_rms_norm_backward(
     eps = _resolve_eps(x, eps)
     r = (x + residual).detach()
     dr, dw = _vjp(
-        lambda t, w: (rms_norm(t, w, -1, eps, weight_offset), t), [r, weight], [grad, grad_residual]
+        lambda t, w: (rms_norm(t, w, -1, eps, weight_offset=weight_offset), t),
+        [r, weight],
+        [grad, grad_residual],
     )
     return dr, dr.clone(), dw

@@ -39,10 +39,10 @@ template <class Op, bool kStrided, bool kSums>
 std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   using T = typename Op::Elem;
   constexpr int kIn = Op::kIn;
-  std::array<Tensor, kIn> ins;
+  Tensor ins[kIn];
   ins[0] = x;
   for (int i = 1; i < kIn; ++i) ins[i] = NewLike(x);
-  const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
+  const Problem<kIn> p = MakeProblem(ins, dim);
   constexpr int kOut = OpTraits<Op>::kOut;
   using TOut = OpOutElem<Op>;
   Tensor outs[kOut];
@@ -93,7 +93,7 @@ void WithOpTypes(const std::string& op, F&& f) {
 std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool param_grads) {
   bool has_params = false;  // WithOpTypes checks the name
   WithOpTypes<float>(op, [&](auto types) { has_params = decltype(types)::kSums; });
-  dim = CheckRowwiseInput(kName, x, dim);
+  dim = CheckRowwiseInput(kName, "x", x, dim);
   ROWNORM_CHECK(op != "add_rms_norm" || dim == x.dim() - 1, kName,
                 ": add_rms_norm normalizes the last dim only, got dim=", dim, " for a ", x.dim(),
                 "-d x");
@@ -132,11 +132,14 @@ std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wi
          " rows=1 n=" + std::to_string(n);
 }
 
+template <class Library>
+void Impls(Library& m) {
+  m.impl("plan_info", TORCH_BOX(&PlanInfo));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CPU, m) { m.impl("plan_info", TORCH_BOX(&PlanInfo)); }
-
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CUDA, m) { m.impl("plan_info", TORCH_BOX(&PlanInfo)); }
+ROWNORM_IMPL_CPU_AND_CUDA(Impls)
 
 STABLE_TORCH_LIBRARY_IMPL(rownorm, CompositeExplicitAutograd, m) {
   m.impl("plan_row_tier", TORCH_BOX(&PlanRowTierInfo));

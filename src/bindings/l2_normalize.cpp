@@ -9,50 +9,26 @@ constexpr const char* kFwd = "l2_normalize";
 constexpr const char* kBwd = "l2_normalize_backward";
 
 Tensor L2Normalize(Tensor x, int64_t dim, double eps) {
-  dim = CheckRowwiseInput(kFwd, x, dim);
+  dim = CheckRowwiseInput(kFwd, "x", x, dim);
   CheckEps(kFwd, eps);
-  const DeviceScope scope(x);
-  Tensor y = NewLike(x);
-  if (x.numel() == 0) return y;
-  const Problem<1> p = MakeProblem<1>({x}, dim);
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    RunOp<T>(kFwd, p, {y}, [&](auto acc) {
-      using Acc = decltype(acc);
-      return L2NormalizeFwdOp<T, Acc>{static_cast<Acc>(eps)};
-    });
-  });
-  return y;
+  return RunRowOp<L2NormalizeFwdOp>(kFwd, {x}, dim, eps);
 }
 
 Tensor L2NormalizeBackward(Tensor grad, Tensor x, int64_t dim, double eps) {
-  dim = CheckRowwiseInput(kBwd, x, dim);
+  dim = CheckRowwiseInput(kBwd, "x", x, dim);
   CheckEps(kBwd, eps);
-  CheckLike(kBwd, "grad", grad, x);
-  const DeviceScope scope(x);
-  Tensor dx = NewLike(x);
-  if (x.numel() == 0) return dx;
-  const Problem<2> p = MakeProblem<2>({x, grad}, dim);
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    RunOp<T>(kBwd, p, {dx}, [&](auto acc) {
-      using Acc = decltype(acc);
-      return L2NormalizeBwdOp<T, Acc>{static_cast<Acc>(eps)};
-    });
-  });
-  return dx;
+  CheckLike(kBwd, "grad", grad, "x", x);
+  return RunRowOp<L2NormalizeBwdOp>(kBwd, {x, grad}, dim, eps);
+}
+
+template <class Library>
+void Impls(Library& m) {
+  m.impl("l2_normalize", TORCH_BOX(&L2Normalize));
+  m.impl("l2_normalize_backward", TORCH_BOX(&L2NormalizeBackward));
 }
 
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CPU, m) {
-  m.impl("l2_normalize", TORCH_BOX(&L2Normalize));
-  m.impl("l2_normalize_backward", TORCH_BOX(&L2NormalizeBackward));
-}
-
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CUDA, m) {
-  m.impl("l2_normalize", TORCH_BOX(&L2Normalize));
-  m.impl("l2_normalize_backward", TORCH_BOX(&L2NormalizeBackward));
-}
+ROWNORM_IMPL_CPU_AND_CUDA(Impls)
 
 }  // namespace rownorm

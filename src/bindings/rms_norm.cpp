@@ -32,147 +32,84 @@ bool RoundsNormalized(const char* op, const std::string& casting_mode) {
   return casting_mode == "llama";
 }
 
-template <typename T, typename Acc>
-RmsNormScale<T, Acc> ScaleOf(double weight_offset, bool round_normalized) {
-  return {static_cast<Acc>(weight_offset), round_normalized};
+// rms_norm's backward op reading kIn inputs: x, dy and (add_rms_norm) the gradient of h.
+template <int kIn>
+struct RmsNormBwd {
+  template <typename T, typename Acc, typename W>
+  using Op = RmsNormBwdOp<T, Acc, W, kIn>;
+};
+
+// dx = rms_norm_backward(grad, x) (+ ins[2], the gradient of add_rms_norm's second output),
+// and dweight when asked.
+template <int kIn>
+std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const Tensor (&ins)[kIn],
+                                        const std::optional<Tensor>& weight, int64_t dim,
+                                        double eps, bool weight_grad, double weight_offset) {
+  const std::array<Tensor, 3> g = RunParamGrads<RmsNormBwd<kIn>::template Op, kIn == 2>(
+      op, ins, dim, weight, eps, weight_grad, false, weight_offset);
+  return {g[0], g[1]};
 }
 
 Tensor RmsNorm(Tensor x, std::optional<Tensor> weight, int64_t dim, std::optional<double> eps,
                double weight_offset, std::string casting_mode) {
   constexpr const char* kOp = "rms_norm";
-  dim = CheckRowwiseInput(kOp, x, dim);
+  dim = CheckRowwiseInput(kOp, "x", x, dim);
   const double e = ResolveEps(kOp, x, eps);
-  CheckParam(kOp, "weight", weight, x, dim);
+  CheckParam(kOp, "weight", weight, "x", x, dim);
   CheckWeightOffset(kOp, weight, weight_offset);
   const bool round = RoundsNormalized(kOp, casting_mode);
-  const DeviceScope scope(x);
-  Tensor y = NewLike(x);
-  if (x.numel() == 0) return y;
-  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
-  const std::optional<Tensor> w = ParamAs(weight, pt);
-  const Problem<1> p = MakeProblem<1>({x}, dim);
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    DispatchParam<T>(pt, [&](auto wtag) {
-      using W = decltype(wtag);
-      RunOp<T>(kOp, p, {y}, [&](auto acc) {
-        using Acc = decltype(acc);
-        return RmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w),
-                                       ScaleOf<T, Acc>(weight_offset, round)};
-      });
-    });
-  });
-  return y;
-}
-
-// dx = rms_norm_backward(grad, x) (+ extra, the gradient of add_rms_norm's second output),
-// and dweight when asked.
-template <int kIn>
-std::tuple<Tensor, Tensor> RmsNormGrads(const char* op, const std::array<Tensor, kIn>& ins,
-                                        const std::optional<Tensor>& weight, int64_t dim,
-                                        double eps, bool weight_grad, double weight_offset) {
-  const Tensor& x = ins[0];
-  const DeviceScope scope(x);
-  Tensor dx = NewLike(x);
-  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
-  const std::optional<Tensor> w = ParamAs(weight, pt);
-  const Problem<kIn> p = MakeProblem<kIn>(ins, dim);
-  const std::array<Tensor, 2> grads = RowNormGrads<kIn == 2>(
-      op, p, dx, pt, weight_grad, false, [&](auto tag, auto wtag, auto acc, auto* stats) {
-        using T = decltype(tag);
-        using W = decltype(wtag);
-        using Acc = decltype(acc);
-        return RmsNormBwdOp<T, Acc, W, kIn>{static_cast<Acc>(eps), ParamPtr<W>(w),
-                                            static_cast<Acc>(weight_offset), stats};
-      });
-  return {dx, grads[0]};
+  // weight_offset and round: the op's RmsNormScale.
+  return RunParamOp<RmsNormFwdOp>(kOp, {x}, dim, {weight}, e, weight_offset, round)[0];
 }
 
 std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<Tensor> weight,
                                            int64_t dim, double eps, bool weight_grad,
                                            double weight_offset) {
   constexpr const char* kOp = "rms_norm_backward";
-  dim = CheckRowwiseInput(kOp, x, dim);
-  CheckEps(kOp, eps);
-  CheckLike(kOp, "grad", grad, x);
-  CheckParam(kOp, "weight", weight, x, dim);
-  ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
-                ": weight_grad=True needs the weight, got weight=None");
+  dim = CheckWeightedBackward(kOp, grad, std::nullopt, "x", x, weight, dim, eps, weight_grad);
   CheckWeightOffset(kOp, weight, weight_offset);
   return RmsNormGrads<2>(kOp, {x, grad}, weight, dim, eps, weight_grad, weight_offset);
-}
-
-void CheckAddInputs(const char* op, const Tensor& x) {
-  CheckFloating(op, "x", x);
-  ROWNORM_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a 0-d tensor");
 }
 
 std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<Tensor> weight,
                                       std::optional<double> eps, double weight_offset,
                                       std::string casting_mode) {
   constexpr const char* kOp = "add_rms_norm";
-  CheckAddInputs(kOp, x);
-  CheckLike(kOp, "residual", residual, x);
-  const int64_t dim = x.dim() - 1;
+  const int64_t dim = CheckRowwiseInput(kOp, "x", x, -1);
   const double e = ResolveEps(kOp, x, eps);
-  CheckParam(kOp, "weight", weight, x, dim);
+  CheckLike(kOp, "residual", residual, "x", x);
+  CheckParam(kOp, "weight", weight, "x", x, dim);
   CheckWeightOffset(kOp, weight, weight_offset);
   const bool round = RoundsNormalized(kOp, casting_mode);
-  const DeviceScope scope(x);
-  Tensor y = NewLike(x);
-  Tensor h = NewLike(x);
-  if (x.numel() == 0) return {y, h};
-  const ScalarType pt = ParamDtype(x, {weight ? &*weight : nullptr});
-  const std::optional<Tensor> w = ParamAs(weight, pt);
-  const Problem<2> p = MakeProblem<2>({x, residual}, dim);
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    DispatchParam<T>(pt, [&](auto wtag) {
-      using W = decltype(wtag);
-      RunOp<T, false>(kOp, p, {y, h}, [&](auto acc) {
-        using Acc = decltype(acc);
-        return AddRmsNormFwdOp<T, Acc, W>{static_cast<Acc>(e), ParamPtr<W>(w),
-                                          ScaleOf<T, Acc>(weight_offset, round)};
-      });
-    });
-  });
-  return {y, h};
+  const std::array<Tensor, 2> out = RunParamOp<AddRmsNormFwdOp, 2, false>(
+      kOp, {x, residual}, dim, {weight}, e, weight_offset, round);
+  return {out[0], out[1]};
 }
 
 std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor> grad_residual,
                                               Tensor r, std::optional<Tensor> weight, double eps,
                                               bool weight_grad, double weight_offset) {
   constexpr const char* kOp = "add_rms_norm_backward";
-  CheckAddInputs(kOp, r);
-  CheckEps(kOp, eps);
-  CheckLike(kOp, "grad", grad, r);
-  const int64_t dim = r.dim() - 1;
-  CheckParam(kOp, "weight", weight, r, dim);
-  ROWNORM_CHECK(!weight_grad || weight.has_value(), kOp,
-                ": weight_grad=True needs the weight, got weight=None");
+  const int64_t dim =
+      CheckWeightedBackward(kOp, grad, grad_residual, "r", r, weight, -1, eps, weight_grad);
   CheckWeightOffset(kOp, weight, weight_offset);
   if (grad_residual.has_value()) {
-    CheckLike(kOp, "grad_residual", *grad_residual, r);
     return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad,
                            weight_offset);
   }
   return RmsNormGrads<2>(kOp, {r, grad}, weight, dim, eps, weight_grad, weight_offset);
 }
 
+template <class Library>
+void Impls(Library& m) {
+  m.impl("rms_norm", TORCH_BOX(&RmsNorm));
+  m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
+  m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
+  m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
+}
+
 }  // namespace
 
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CPU, m) {
-  m.impl("rms_norm", TORCH_BOX(&RmsNorm));
-  m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
-  m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
-  m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
-}
-
-STABLE_TORCH_LIBRARY_IMPL(rownorm, CUDA, m) {
-  m.impl("rms_norm", TORCH_BOX(&RmsNorm));
-  m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
-  m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
-  m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
-}
+ROWNORM_IMPL_CPU_AND_CUDA(Impls)
 
 }  // namespace rownorm

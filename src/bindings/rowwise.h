@@ -8,6 +8,7 @@
 #include <array>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "bindings/utils.h"
 #include "kernels/common/args.h"
@@ -33,7 +34,7 @@ struct Problem {
 // CUDA: row views where every operand allows one, else contiguous copies (row tiers when dim
 // is then innermost, the strided-dim path otherwise). CPU: contiguous operands.
 template <int kIn>
-Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
+Problem<kIn> MakeProblem(const Tensor (&ins)[kIn], int64_t dim) {
   Problem<kIn> p;
   p.cuda = ins[0].is_cuda();
   if (p.cuda) {
@@ -44,7 +45,7 @@ Problem<kIn> MakeProblem(const std::array<Tensor, kIn>& ins, int64_t dim) {
       all = all && views[i].ok;
     }
     if (all) {
-      p.in = ins;
+      for (int i = 0; i < kIn; ++i) p.in[i] = ins[i];
       p.row_tiers = true;
       p.outer = views[0].rows;
       p.d = views[0].n;
@@ -181,25 +182,57 @@ inline Tensor NewLike(const Tensor& x, ScalarType dtype) {
 inline bool Is16Bit(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16; }
 
 // The dtype per-column parameters run in: x's dtype when every given parameter has it, else
-// float32 for 16-bit x (the mixed-precision case), else x's dtype.
-inline ScalarType ParamDtype(const Tensor& x, std::initializer_list<const Tensor*> params) {
+// float32 for 16-bit x (the mixed-precision case), else x's dtype. CheckParam admits only
+// parameters this converts exactly.
+template <size_t kParams>
+ScalarType ParamDtype(const Tensor& x, const std::optional<Tensor> (&params)[kParams]) {
   bool all_same = true;
-  for (const Tensor* p : params) all_same = all_same && (!p || p->scalar_type() == x.scalar_type());
+  for (const std::optional<Tensor>& p : params) {
+    all_same = all_same && (!p.has_value() || p->scalar_type() == x.scalar_type());
+  }
   if (all_same) return x.scalar_type();
   return Is16Bit(x.scalar_type()) ? ScalarType::Float : x.scalar_type();
 }
 
-// Checks an optional parameter (weight, bias): floating, of shape (x.size(dim),), on x's device.
+// Checks an optional parameter (weight, bias) of the tensor x (named `x_name`) reduced over
+// dim: floating, no finer than the dtype it runs in (so float64 only with float64 x: a float64
+// weight with float32 x would be rounded), of shape (x.size(dim),), on x's device.
 inline void CheckParam(const char* op, const char* name, const std::optional<Tensor>& p,
-                       const Tensor& x, int64_t dim) {
+                       const char* x_name, const Tensor& x, int64_t dim) {
   if (!p.has_value()) return;
   const Tensor& w = *p;
   CheckFloating(op, name, w);
+  ROWNORM_CHECK(w.scalar_type() != ScalarType::Double || x.scalar_type() == ScalarType::Double, op,
+                ": ", name, " must be float32, float16 or bfloat16 for a ",
+                DtypeName(x.scalar_type()), " ", x_name, " (float64 needs a float64 ", x_name,
+                "), got float64");
   ROWNORM_CHECK(w.dim() == 1 && w.size(0) == x.size(dim), op, ": ", name, " must have shape (",
-                x.size(dim), ",) (the size of x along dim ", dim, "), got ", ShapeString(w));
-  ROWNORM_CHECK(w.device() == x.device(), op, ": ", name, " must be on x's device (",
-                x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
-                w.is_cuda() ? "cuda:" + std::to_string(w.get_device_index()) : "cpu");
+                x.size(dim), ",) (the size of ", x_name, " along dim ", dim, "), got ",
+                ShapeString(w));
+  ROWNORM_CHECK(w.device() == x.device(), op, ": ", name, " must be on ", x_name, "'s device (",
+                DeviceString(x), "), got ", DeviceString(w));
+}
+
+// A backward op's request for the weight's gradient needs the weight.
+inline void CheckWeightGrad(const char* op, const std::optional<Tensor>& weight, bool weight_grad) {
+  ROWNORM_CHECK(!weight_grad || weight.has_value(), op,
+                ": weight_grad=True needs the weight, got weight=None");
+}
+
+// The checks of the backward ops with a weight (rms_norm, layer_norm, add_rms_norm), in the
+// order of every op's checks: x (named `x_name`: x, or add_rms_norm's r) and dim, eps, grad and
+// grad_residual (when given) like x, the weight, weight_grad. Returns dim wrapped.
+inline int64_t CheckWeightedBackward(const char* op, const Tensor& grad,
+                                     const std::optional<Tensor>& grad_residual, const char* x_name,
+                                     const Tensor& x, const std::optional<Tensor>& weight,
+                                     int64_t dim, double eps, bool weight_grad) {
+  dim = CheckRowwiseInput(op, x_name, x, dim);
+  CheckEps(op, eps);
+  CheckLike(op, "grad", grad, x_name, x);
+  if (grad_residual.has_value()) CheckLike(op, "grad_residual", *grad_residual, x_name, x);
+  CheckParam(op, "weight", weight, x_name, x, dim);
+  CheckWeightGrad(op, weight, weight_grad);
+  return dim;
 }
 
 // The parameter contiguous in `dtype` (nothing when absent).
@@ -363,6 +396,115 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
     grads = ParamGrads<decltype(tag)>(name, p, stats, want_w, want_b);
   });
   return grads;
+}
+
+// Registers the kernels that `impls(m)` gives m (a torch::stable library) for CPU and for CUDA
+// tensors: every binding serves both, branching on the tensor's device.
+#define ROWNORM_IMPL_CPU_AND_CUDA(impls)                   \
+  STABLE_TORCH_LIBRARY_IMPL(rownorm, CPU, m) { impls(m); } \
+  STABLE_TORCH_LIBRARY_IMPL(rownorm, CUDA, m) { impls(m); }
+
+// ---- the bodies of the op bindings ----------------------------------------------------------
+
+// A scalar argument of an op as its struct holds it: eps and other reals (weight_offset) in the
+// accumulator type, flags (mean, log, rms_norm's casting mode) as they are.
+template <typename Acc>
+Acc OpScalar(double v) {
+  return static_cast<Acc>(v);
+}
+template <typename Acc>
+bool OpScalar(bool v) {
+  return v;
+}
+
+// What every binding writing new outputs of x's shape does after its checks, on x's device
+// (the caller's DeviceScope): allocates kOut outputs in x's dtype and runs the op
+// `make(T{}, W{}, Acc{})` over `ins` (x, then the same-shaped inputs the op reads) along dim,
+// where T is x's element type and W the kernel type of parameters of dtype `param_dtype` (x's
+// dtype for an op without parameters). Nothing runs for an empty x. kStrided as in RunOp.
+template <int kOut, bool kStrided, int kIn, class MakeOp>
+std::array<Tensor, kOut> RunNewOutputs(const char* name, const Tensor (&ins)[kIn], int64_t dim,
+                                       ScalarType param_dtype, MakeOp make) {
+  const Tensor& x = ins[0];
+  Tensor outs[kOut];
+  for (Tensor& o : outs) o = NewLike(x);
+  if (x.numel() > 0) {
+    const Problem<kIn> p = MakeProblem(ins, dim);
+    DispatchFloating(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      DispatchParam<T>(param_dtype, [&](auto wtag) {
+        RunOp<T, kStrided>(name, p, outs, [&](auto acc) { return make(tag, wtag, acc); });
+      });
+    });
+  }
+  std::array<Tensor, kOut> result;
+  for (int j = 0; j < kOut; ++j) result[j] = outs[j];
+  return result;
+}
+
+// The binding of an op without per-column parameters (l2 / l1 normalize, softmax, and their
+// backward ops): Op<T, Acc>{scalars...} over `ins` along dim, written to a new tensor like x.
+template <template <typename, typename> class Op, int kIn, typename... Scalars>
+Tensor RunRowOp(const char* name, const Tensor (&ins)[kIn], int64_t dim, Scalars... scalars) {
+  const DeviceScope scope(ins[0]);
+  return RunNewOutputs<1, true>(name, ins, dim, ins[0].scalar_type(),
+                                [&](auto tag, auto, auto acc) {
+                                  using Acc = decltype(acc);
+                                  return Op<decltype(tag), Acc>{OpScalar<Acc>(scalars)...};
+                                })[0];
+}
+
+// Op{eps, the kernel pointers of `params` (nullptr where absent)..., extra...}.
+template <class Op, typename W, typename Acc, size_t kParams, size_t... I, typename... Extra>
+Op WithParams(Acc eps, const std::optional<Tensor> (&params)[kParams], std::index_sequence<I...>,
+              Extra... extra) {
+  return Op{eps, ParamPtr<W>(params[I])..., extra...};
+}
+
+// The forward binding of an op with per-column parameters (rms_norm, layer_norm, add_rms_norm):
+// Op<T, Acc, W>{eps, parameter pointers..., OpScalar(scalars)...} over `ins` along dim, written
+// to kOut new tensors like x; parameters run in ParamDtype. The scalars fill the op's fields
+// after its parameters in order, a struct field (rms_norm's RmsNormScale) taking one per field
+// of its own (brace elision).
+template <template <typename, typename, typename> class Op, int kOut = 1, bool kStrided = true,
+          int kIn, size_t kParams, typename... Scalars>
+std::array<Tensor, kOut> RunParamOp(const char* name, const Tensor (&ins)[kIn], int64_t dim,
+                                    const std::optional<Tensor> (&params)[kParams], double eps,
+                                    Scalars... scalars) {
+  const DeviceScope scope(ins[0]);
+  const ScalarType pt = ParamDtype(ins[0], params);
+  std::optional<Tensor> converted[kParams];
+  for (size_t i = 0; i < kParams; ++i) converted[i] = ParamAs(params[i], pt);
+  return RunNewOutputs<kOut, kStrided>(name, ins, dim, pt, [&](auto tag, auto wtag, auto acc) {
+    using Acc = decltype(acc);
+    return WithParams<Op<decltype(tag), Acc, decltype(wtag)>, decltype(wtag)>(
+        static_cast<Acc>(eps), converted, std::make_index_sequence<kParams>{},
+        OpScalar<Acc>(scalars)...);
+  });
+}
+
+// The backward binding of an op with a weight (rms_norm, add_rms_norm, layer_norm): dx, a new
+// tensor like x, and RowNormGrads's {dweight, dbias} from
+// Op<T, Acc, W>{eps, weight, OpScalar(scalars)..., stats} over `ins` = {x, grad, ...} along dim.
+template <template <typename, typename, typename> class Op, bool kStrided, int kIn,
+          typename... Scalars>
+std::array<Tensor, 3> RunParamGrads(const char* name, const Tensor (&ins)[kIn], int64_t dim,
+                                    const std::optional<Tensor>& weight, double eps, bool want_w,
+                                    bool want_b, Scalars... scalars) {
+  const Tensor& x = ins[0];
+  const DeviceScope scope(x);
+  Tensor dx = NewLike(x);
+  const ScalarType pt = ParamDtype(x, {weight});
+  const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
+  const Problem<kIn> p = MakeProblem(ins, dim);
+  const std::array<Tensor, 2> grads = RowNormGrads<kStrided>(
+      name, p, dx, pt, want_w, want_b, [&](auto tag, auto wtag, auto acc, auto* stats) {
+        using Acc = decltype(acc);
+        return WithParams<Op<decltype(tag), Acc, decltype(wtag)>, decltype(wtag)>(
+            static_cast<Acc>(eps), w, std::make_index_sequence<1>{}, OpScalar<Acc>(scalars)...,
+            stats);
+      });
+  return {dx, grads[0], grads[1]};
 }
 
 }  // namespace rownorm

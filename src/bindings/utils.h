@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "kernels/common/types.cuh"
@@ -25,24 +27,52 @@ namespace rownorm {
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
-#define ROWNORM_CHECK(cond, ...) STD_TORCH_CHECK(cond, __VA_ARGS__)
+// A message of the streamed arguments.
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
 
-inline std::string DtypeName(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float: return "float32";
-    case ScalarType::Double: return "float64";
-    case ScalarType::Half: return "float16";
-    case ScalarType::BFloat16: return "bfloat16";
-    case ScalarType::Long: return "int64";
-    case ScalarType::Int: return "int32";
-    case ScalarType::Short: return "int16";
-    case ScalarType::Char: return "int8";
-    case ScalarType::Byte: return "uint8";
-    case ScalarType::Bool: return "bool";
-    case ScalarType::ComplexFloat: return "complex64";
-    case ScalarType::ComplexDouble: return "complex128";
-    default: return "dtype #" + std::to_string(static_cast<int>(t));
-  }
+// A check of user input: throws std::runtime_error, which torch raises as a RuntimeError whose
+// message is exactly the arguments ("<op>: <argument> must be <expected>, got <given>", as the
+// fakes in python/rownorm/ops.py say it). STD_TORCH_CHECK would prefix the C++ function's name
+// and the build machine's path of the source file.
+#define ROWNORM_CHECK(cond, ...)                                           \
+  do {                                                                     \
+    if (!(cond)) throw std::runtime_error(::rownorm::StrCat(__VA_ARGS__)); \
+  } while (false)
+
+// torch's dtype names without the "torch." (float32, float8_e4m3fn, complex32, uint16), indexed
+// by the value of ScalarType: c10's order, which the serialization format fixes.
+// clang-format off
+inline constexpr const char* kDtypeNames[] = {
+    "uint8", "int8", "int16", "int32", "int64", "float16",  // 0-5
+    "float32", "float64", "complex32", "complex64", "complex128", "bool",  // 6-11
+    "qint8", "quint8", "qint32", "bfloat16", "quint4x2", "quint2x4",  // 12-17
+    "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "float8_e5m2",  // 18-23
+    "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "uint16", "uint32", "uint64",  // 24-29
+    "uint1", "uint2", "uint3", "uint4", "uint5", "uint6",  // 30-35
+    "uint7", "int1", "int2", "int3", "int4", "int5",  // 36-41
+    "int6", "int7", "float8_e8m0fnu", "float4_e2m1fn_x2", "bcomplex32",  // 42-46
+};
+// clang-format on
+
+// The name of a dtype given by its ScalarType value (`code`) or enumerator.
+inline std::string DtypeName(int32_t code) {
+  constexpr int32_t kKnown = sizeof(kDtypeNames) / sizeof(kDtypeNames[0]);
+  return code >= 0 && code < kKnown ? kDtypeNames[code] : "dtype #" + std::to_string(code);
+}
+inline std::string DtypeName(ScalarType t) { return DtypeName(static_cast<int32_t>(t)); }
+
+// t's dtype as its ScalarType value, read through the C shim (whose dtype codes are those
+// values): Tensor::scalar_type() throws for the dtypes the stable ABI has no enumerator for
+// (bits8, int4, ...), where a check must still name the dtype it rejects.
+inline int32_t DtypeCode(const Tensor& t) {
+  int32_t code = 0;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(t.get(), &code));
+  return code;
 }
 
 inline std::string ShapeString(const Tensor& t) {
@@ -52,19 +82,21 @@ inline std::string ShapeString(const Tensor& t) {
 }
 
 inline void CheckFloating(const char* op, const char* name, const Tensor& t) {
-  const ScalarType st = t.scalar_type();
-  ROWNORM_CHECK(st == ScalarType::Float || st == ScalarType::Double || st == ScalarType::Half ||
-                    st == ScalarType::BFloat16,
+  const int32_t code = DtypeCode(t);
+  ROWNORM_CHECK(code == aoti_torch_dtype_float32() || code == aoti_torch_dtype_float64() ||
+                    code == aoti_torch_dtype_float16() || code == aoti_torch_dtype_bfloat16(),
                 op, ": ", name, " must be float32, float16, bfloat16 or float64, got ",
-                DtypeName(st));
+                DtypeName(code));
 }
 
-// Checks x and dim for a reduction over one dimension; returns dim wrapped to [0, x.dim()).
-inline int64_t CheckRowwiseInput(const char* op, const Tensor& x, int64_t dim) {
-  CheckFloating(op, "x", x);
-  ROWNORM_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a 0-d tensor");
+// Checks the tensor a row op reduces (named `name`: x, or the y / r a backward op reads) and
+// dim; returns dim wrapped to [0, x.dim()).
+inline int64_t CheckRowwiseInput(const char* op, const char* name, const Tensor& x, int64_t dim) {
+  CheckFloating(op, name, x);
+  ROWNORM_CHECK(x.dim() >= 1, op, ": ", name,
+                " must have at least one dimension, got a 0-d tensor");
   ROWNORM_CHECK(dim >= -x.dim() && dim < x.dim(), op, ": dim must be in [", -x.dim(), ", ",
-                x.dim() - 1, "] for a ", x.dim(), "-d x, got ", dim);
+                x.dim() - 1, "] for a ", x.dim(), "-d ", name, ", got ", dim);
   return dim < 0 ? dim + x.dim() : dim;
 }
 
@@ -72,16 +104,22 @@ inline void CheckEps(const char* op, double eps) {
   ROWNORM_CHECK(eps >= 0, op, ": eps must be >= 0, got ", eps);
 }
 
-// `other` (named `name`) must match x in shape, dtype and device.
-inline void CheckLike(const char* op, const char* name, const Tensor& other, const Tensor& x) {
-  ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on x's device (",
-                x.is_cuda() ? "cuda:" + std::to_string(x.get_device_index()) : "cpu", "), got ",
-                other.is_cuda() ? "cuda:" + std::to_string(other.get_device_index()) : "cpu");
-  ROWNORM_CHECK(other.scalar_type() == x.scalar_type(), op, ": ", name, " must have x's dtype ",
-                DtypeName(x.scalar_type()), ", got ", DtypeName(other.scalar_type()));
+// "cpu" / "cuda:0", as torch prints a device.
+inline std::string DeviceString(const Tensor& t) {
+  return t.is_cuda() ? "cuda:" + std::to_string(t.get_device_index()) : "cpu";
+}
+
+// `other` (named `name`) must be on the device of x (named `x_name`) and have its dtype and
+// shape.
+inline void CheckLike(const char* op, const char* name, const Tensor& other, const char* x_name,
+                      const Tensor& x) {
+  ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on ", x_name, "'s device (",
+                DeviceString(x), "), got ", DeviceString(other));
+  ROWNORM_CHECK(DtypeCode(other) == DtypeCode(x), op, ": ", name, " must have ", x_name,
+                "'s dtype ", DtypeName(DtypeCode(x)), ", got ", DtypeName(DtypeCode(other)));
   bool same = other.dim() == x.dim();
   for (int64_t i = 0; same && i < x.dim(); ++i) same = other.size(i) == x.size(i);
-  ROWNORM_CHECK(same, op, ": ", name, " must have x's shape ", ShapeString(x), ", got ",
+  ROWNORM_CHECK(same, op, ": ", name, " must have ", x_name, "'s shape ", ShapeString(x), ", got ",
                 ShapeString(other));
 }
 

@@ -167,6 +167,12 @@ class OpInfo:
         return self.row_inputs + self.params
 
     @property
+    def saved(self) -> str:
+        """The tensor the backward op reads, by its name there: the output y (softmax), r =
+        x + residual (add_rms_norm), or x."""
+        return "y" if self.backward_reads_output else ("r" if self.residual else "x")
+
+    @property
     def arity(self) -> Arity:
         return Arity(len(self.row_inputs), len(self.params), self.n_outputs)
 
@@ -193,8 +199,7 @@ class OpInfo:
     @property
     def fwdbwd_bytes_text(self) -> str:
         k = self.arity.inputs + 2 * self.n_outputs + 2
-        saved = "y" if self.backward_reads_output else ("r" if self.residual else "x")
-        return f"{k}·M·N·b (fwd; bwd: read {saved} and {self.n_outputs} dy, write dx once)"
+        return f"{k}·M·N·b (fwd; bwd: read {self.saved} and {self.n_outputs} dy, write dx once)"
 
     # ---- inputs -----------------------------------------------------------------------------
 

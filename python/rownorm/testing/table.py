@@ -195,7 +195,7 @@ class RmsNorm(_RmsOptions, OpInfo):
 
     def reference(self, inp, dim):
         x, w = inp["x"], inp.get("weight")
-        return (ref.rms_norm(x, w, dim, self.eps, self.weight_offset, self.casting_mode),)
+        return (ref.rms_norm(x, w, dim, self.eps, **self.options),)
 
     def torch_equivalent(self, inp, dim):
         w = inp.get("weight")
@@ -248,7 +248,7 @@ class AddRmsNorm(_RmsOptions, OpInfo):
 
     def reference(self, inp, dim):
         x, res, w = inp["x"], inp["residual"], inp.get("weight")
-        return ref.add_rms_norm(x, res, w, self.eps, self.weight_offset, self.casting_mode)
+        return ref.add_rms_norm(x, res, w, self.eps, **self.options)
 
     def torch_equivalent(self, inp, dim):
         r = inp["x"] + inp["residual"]
