@@ -14,7 +14,6 @@ the autograd formulas cast them to the parameter's dtype.
 from __future__ import annotations
 
 import torch
-import torch._library.autograd
 import torch._library.utils
 import torch.autograd.forward_ad as fwAD
 
@@ -379,29 +378,70 @@ def _forward_ad(op, name: str, args, kwargs):
     return dual(out, ref)
 
 
+def _autograd_function(op, backward, setup_context) -> type[torch.autograd.Function]:
+    """The autograd.Function of ``op``: the op below autograd, ``setup_context`` given every
+    argument (the ones left out filled with the schema's defaults, read once here), and
+    ``backward``. torch.library's generated Function refills the defaults from the schema on
+    every call, which rebuilds the schema's argument list once per argument: about 10 µs, the
+    larger part of a small call's autograd cost (benchmarks/host_overhead.py)."""
+    schema = op._schema
+    if any(a.kwarg_only for a in schema.arguments):
+        raise AssertionError(f"{op}: keyword-only arguments are not supported here")
+    defaults = tuple(a.default_value for a in schema.arguments)
+
+    def forward(ctx, keyset, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+        if setup_context is not None:
+            setup_context(ctx, args + defaults[len(args) :], out)
+        return out
+
+    def backward_(ctx, *grads):
+        needs = ctx.needs_input_grad  # (keyset, *args)
+        ctx.needs_input_grad = needs[1:]
+        try:
+            got = backward(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        got = got if isinstance(got, tuple) else (got,)
+        passed = len(needs) - 1
+        if any(g is not None for g in got[passed:]):
+            raise RuntimeError(f"{op}: a gradient for an argument that was not passed")
+        return (None, *got[:passed], *(None,) * (passed - len(got)))
+
+    name = f"{op._opname}_{op._overloadname}_autograd"
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward_)},
+    )
+
+
 def _register_autograd(qualname: str, backward, setup_context=None) -> None:
     """``torch.library.register_autograd``, plus forward-mode AD and clear errors.
 
-    Its kernel handles only reverse mode: a forward-mode tangent is dropped (the output is not
-    a dual tensor, so jvp returns zeros and forward_ad a None tangent), and under torch.func's
-    grad transforms it fails with a message about autograd.Function's setup_context. This
-    kernel computes the tangent of the forward ops (``_forward_ad``), raises an error naming
-    the op for the backward ops and the torch.func grad transforms, and otherwise calls the
-    kernel register_autograd would register.
+    torch.library's kernel handles only reverse mode: a forward-mode tangent is dropped (the
+    output is not a dual tensor, so jvp returns zeros and forward_ad a None tangent), and under
+    torch.func's grad transforms it fails with a message about autograd.Function's
+    setup_context. This kernel computes the tangent of the forward ops (``_forward_ad``),
+    raises an error naming the op for the backward ops and the torch.func grad transforms,
+    runs the op below autograd where no input requires grad, and otherwise applies the op's
+    ``_autograd_function``.
     """
     op = torch._library.utils.lookup_op(qualname)
     name = qualname.removeprefix("rownorm::")
-    inner = torch._library.autograd.make_autograd_impl(
-        op, torch._library.autograd.Info(backward, setup_context)
-    )
+    function = _autograd_function(op, backward, setup_context)
 
-    def kernel(keyset, *args, **kwargs):
+    def kernel(keyset, *args):
         if fwAD._current_level >= 0 and _has_tangent(args):
             if name not in _OPS:  # a backward op: the tangent would need its derivative
                 raise _forward_ad_error(name)
-            return _forward_ad(op, name, args, kwargs)
+            return _forward_ad(op, name, args, {})
+        if not (torch.is_grad_enabled() and torch._C._any_requires_grad(*args)):
+            with torch._C._AutoDispatchBelowAutograd():
+                return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
         try:
-            return inner(keyset, *args, **kwargs)
+            return function.apply(keyset, *args)
         except RuntimeError as e:
             if "must override the setup_context staticmethod" in str(e):
                 raise _functorch_error(name) from None
