@@ -73,6 +73,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "large: full-size workloads (GPU only, tens of GB of device memory)"
     )
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
+    config.addinivalue_line(
+        "markers",
+        "streams: runs ops on several CUDA streams (scripts/gpu_check.sh runs these tests "
+        "under PyTorch's CUDA stream sanitizer, TORCH_CUDA_SANITIZER=1)",
+    )
 
 
 @pytest.fixture(params=DEVICES)
