@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -81,60 +82,71 @@ def torch_accumulator(dtype: torch.dtype) -> torch.dtype:
 LONG_ROW_KINDS = ("normal", "nan", "+inf and -inf", "all -inf", "zero", "tiny", "huge", "one huge")
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def _rows(n: int, dtype: torch.dtype):
-    names, x = extremal_rows(n, dtype, torch.Generator().manual_seed(n))
+    """(names, x, x as float64, residual, weight, bias, output gradients): everything a sample
+    of n takes, the same for every op (so that row_stats can be shared between ops)."""
+    gen = torch.Generator().manual_seed(n)
+    names, x = extremal_rows(n, dtype, gen)
     if n > 8192:
         keep = [i for i, m in enumerate(names)
                 if m in LONG_ROW_KINDS or m.rsplit(" ", 1)[0] in LONG_ROW_KINDS]  # fmt: skip
         keep += [names.index(m) for m in names if m.startswith("constant")][-2:]  # 1e15, big
         names, x = [names[i] for i in keep], x[keep]
     x64 = x.double()
+    res = (x64.flip(-1) / 8).to(dtype)
+    weight = (1 + 0.1 * torch.randn(n, dtype=torch.float64, generator=gen)).to(dtype)
+    bias = (0.1 * torch.randn(n, dtype=torch.float64, generator=gen)).to(dtype)
     top = torch.where(torch.isfinite(x64), x64, 0).abs().amax(-1, keepdim=True)
-    return names, x, x64, top
+    scale = torch.where(top > 0, (1024 * top).clamp_max(1) / top.clamp_min(1), 1.0)
+    dys = tuple(
+        (torch.randn(x.shape, dtype=torch.float64, generator=gen) * scale).to(dtype)
+        for _ in range(2)
+    )
+    return names, x, x64, res, weight, bias, dys
 
 
 def sample(op, n: int, dtype: torch.dtype):
     """(row names, inputs, output gradients) of one row length, on the CPU, the same every run.
 
-    The residual is x reversed and scaled by 1/8 (as extreme as x). Gradients are random, scaled
-    per row by 1/max|x| where the row is large (so Σ x·dy stays far inside the accumulator,
-    as in training, where dy does not grow with x) and by 1024·max|x| where it is small (so an
-    fp16 dx = dy/‖x‖ stays far from fp16's overflow)."""
-    names, x, x64, top = _rows(n, dtype)
-    gen = torch.Generator().manual_seed(1000 + n)
-    res = (x64.flip(-1) / 8).to(dtype) if op.residual else None
-    inp = op.inputs(x, -1, residual=res, generator=gen)
-    scale = torch.where(top > 0, (1024 * top).clamp_max(1) / top.clamp_min(1), 1.0)
-    dys = tuple(
-        (torch.randn(x.shape, dtype=torch.float64, generator=gen) * scale).to(dtype)
-        for _ in range(op.n_outputs)
-    )
-    return names, inp, dys
+    The residual is x reversed and scaled by 1/8 (as extreme as x); weight 1 + 0.1·N(0, 1) and
+    bias 0.1·N(0, 1) as in the op table. Gradients are random, scaled per row by 1/max|x| where
+    the row is large (so Σ x·dy stays far inside the accumulator, as in training, where dy does
+    not grow with x) and by 1024·max|x| where it is small (so an fp16 dx = dy/‖x‖ stays far
+    from fp16's overflow)."""
+    names, x, _, res, weight, bias, dys = _rows(n, dtype)
+    inp = {"x": x} | ({"residual": res} if op.residual else {})
+    inp |= {k: v for k, v in (("weight", weight), ("bias", bias)) if k in op.params}
+    return names, inp, dys[: op.n_outputs]
 
 
-def row_classes(op, inp, dys, acc: torch.dtype) -> list[str]:
-    """The class of every row of a (rows, n) sample for ``op`` with accumulator ``acc`` (see the
-    module docstring): "special", "in range", "overflow", "sum overflow" (layer_norm's known
-    bug) or "ambiguous".
+class RowStats(NamedTuple):
+    """Per row: what the classes are decided from (logarithms of sums of magnitudes; see
+    row_classes). h is x (add_rms_norm: x + residual rounded to x's dtype); g = dy·w."""
 
-    Sums are bounded in float64 from the magnitudes of their terms (rows scaled by their
-    largest element, so that fp64 rows do not overflow float64 here): a sum is certainly
-    finite, in any order, if Σ|terms| is below a quarter of the accumulator's largest value
-    (room for the steps after it), and certainly infinite if one term is, or if its
-    non-negative terms add up to over 1.05 times it.
-    """
+    n: int
+    finite: torch.Tensor
+    same_sign: torch.Tensor
+    log_h: torch.Tensor  # log max|h|
+    log_abs: torch.Tensor  # log Σ|h|
+    log_sq: torch.Tensor  # log Σh²
+    log_hg: torch.Tensor  # log Σ|h·g|
+    log_g_sum: torch.Tensor  # log Σ|g|
+    log_d: torch.Tensor  # log max|d|, d = x − mean(x)
+    log_d2: torch.Tensor  # log Σd²
+    log_dg: torch.Tensor  # log Σ|d·g|
+
+
+def row_stats(inp, dys) -> RowStats:
+    """Sums bounded in float64 from their terms' magnitudes, rows scaled by their largest
+    element (so that fp64 rows do not overflow float64 here)."""
     x = inp["x"].double()
     n = x.shape[-1]
     finite = torch.isfinite(x).all(-1)
     h = x
-    if op.residual:  # (x + residual rounded to x's dtype, as the kernel and torch have it)
+    if "residual" in inp:  # (x + residual rounded to x's dtype, as the kernel and torch have it)
         h = (inp["x"] + inp["residual"]).double()
         finite &= torch.isfinite(h).all(-1) & torch.isfinite(inp["residual"].double()).all(-1)
-    info = torch.finfo(acc)
-    log_max, unit = math.log(info.max), info.eps / 2
-    inside = math.log(0.99 if n == 1 else 0.25) + log_max  # one term: no rounding to allow for
-    over = math.log(1.05) + log_max
     w = inp["weight"].double() if "weight" in inp else 1.0
 
     def scaled(t: torch.Tensor):  # (t / max|t|, log max|t|) per row; non-finite rows as zeros
@@ -145,52 +157,80 @@ def row_classes(op, inp, dys, acc: torch.dtype) -> list[str]:
     def log_sum(t: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:  # log Σ|t|·scale
         return t.abs().sum(-1).log() + log_scale
 
-    hs, log_h = scaled(h)  # log_h: log max|h|
-    gs, log_g = scaled(dys[0].double() * w)  # g = dy·w: what the backward sums multiply
-    log_xg = log_sum(hs * gs, log_h + log_g)  # Σ|x·g|
+    hs, log_h = scaled(h)
+    gs, log_g = scaled(dys[0].double() * w)
+    ds = hs - hs.mean(-1, keepdim=True)  # (layer_norm has no residual: h = x)
+    return RowStats(
+        n=n,
+        finite=finite,
+        same_sign=(x > 0).all(-1) | (x < 0).all(-1),
+        log_h=log_h,
+        log_abs=log_sum(hs, log_h),
+        log_sq=log_sum(hs * hs, 2 * log_h),
+        log_hg=log_sum(hs * gs, log_h + log_g),
+        log_g_sum=log_sum(gs, log_g),
+        log_d=ds.abs().amax(-1).log() + log_h,
+        log_d2=log_sum(ds * ds, 2 * log_h),
+        log_dg=log_sum(ds * gs, log_h + log_g),
+    )
+
+
+def row_classes(op, inp, dys, acc: torch.dtype, stats: RowStats | None = None) -> list[str]:
+    """The class of every row of a (rows, n) sample for ``op`` with accumulator ``acc`` (see the
+    module docstring): "special", "in range", "overflow", "sum overflow" (layer_norm's known
+    bug) or "ambiguous".
+
+    A sum is certainly finite, in any order, if Σ|terms| is below a quarter of the
+    accumulator's largest value (room for the steps after it), and certainly infinite if one
+    term is, or if its non-negative terms add up to over 1.05 times it.
+    """
+    st = row_stats(inp, dys) if stats is None else stats
+    n = st.n
+    info = torch.finfo(acc)
+    log_max, unit = math.log(info.max), info.eps / 2
+    inside = math.log(0.99 if n == 1 else 0.25) + log_max  # one term: no rounding to allow for
+    over = math.log(1.05) + log_max
+    rows = range(len(st.finite))
     if op.name in ("softmax", "log_softmax"):
-        cls = ["in range"] * len(x)  # m = max, Σ exp(x − m) <= n: nothing grows
+        cls = ["in range" for _ in rows]  # m = max, Σ exp(x − m) <= n: nothing grows
     elif op.name in ("l2_normalize", "rms_norm", "add_rms_norm"):
-        log_sq = log_sum(hs * hs, 2 * log_h)
         cls = [
-            "in range" if sq < inside and xg < inside
-            else "overflow" if 2 * top > over and xg < inside else "ambiguous"
-            for sq, top, xg in zip(log_sq.tolist(), log_h.tolist(), log_xg.tolist(), strict=True)
+            "in range" if st.log_sq[i] < inside and st.log_hg[i] < inside
+            else "overflow" if 2 * st.log_h[i] > over and st.log_hg[i] < inside
+            else "ambiguous"
+            for i in rows
         ]  # fmt: skip
     elif op.name == "l1_normalize":
         cls = [
-            "in range" if b < inside and xg < inside
-            else "overflow" if b > over and xg < inside else "ambiguous"
-            for b, xg in zip(log_sum(hs, log_h).tolist(), log_xg.tolist(), strict=True)
+            "in range" if st.log_abs[i] < inside and st.log_hg[i] < inside
+            else "overflow" if st.log_abs[i] > over and st.log_hg[i] < inside
+            else "ambiguous"
+            for i in rows
         ]  # fmt: skip
     else:  # layer_norm: μ₀ = Σx/n, then Σd², Σd, Σd·g, Σg with d = x − μ₀ (layer_norm.cuh)
-        ds = hs - hs.mean(-1, keepdim=True)  # d / max|x|
-        log_d = ds.abs().amax(-1).log() + log_h  # log max|d|
         # |μ₀ − μ| and the mean correction Σd/n (the shift) are at most ~5n·u·max|x| (u: the
         # unit roundoff; both exact for one element)
-        log_shift = log_h + math.log(5 * n * unit) if n > 1 else torch.full_like(log_h, -math.inf)
-        moments = torch.logaddexp(log_sum(ds * ds, 2 * log_h), math.log(n) + 2 * log_shift)
-        sums_ok = (log_sum(ds * gs, log_h + log_g) < inside) & (log_sum(gs, log_g) < inside)
-        total = log_sum(hs, log_h)
-        same_sign = (x > 0).all(-1) | (x < 0).all(-1)
+        log_shift = st.log_h + math.log(5 * n * unit) if n > 1 else st.log_h - math.inf
+        moments = torch.logaddexp(st.log_d2, math.log(n) + 2 * log_shift)
+        sums_ok = (st.log_dg < inside) & (st.log_g_sum < inside)
         cls = []
-        for i in range(len(x)):
-            ratio = math.exp(min(0.0, log_shift[i] - log_d[i]))  # shift / max|d|
-            if total[i] > over and same_sign[i]:
+        for i in rows:
+            ratio = math.exp(min(0.0, log_shift[i] - st.log_d[i]))  # shift / max|d|
+            if st.log_abs[i] > over and st.same_sign[i]:
                 cls.append("sum overflow")
-            elif total[i] < inside and moments[i] < inside and sums_ok[i]:
+            elif st.log_abs[i] < inside and moments[i] < inside and sums_ok[i]:
                 cls.append("in range")
             elif (
-                total[i] < inside
+                st.log_abs[i] < inside
                 and ratio < 0.5
-                and 2 * (log_d[i] + math.log1p(-ratio)) > math.log(1.2) + log_max  # d² = inf
+                and 2 * (st.log_d[i] + math.log1p(-ratio)) > math.log(1.2) + log_max  # d² = inf
                 and 2 * log_shift[i] < inside
                 and sums_ok[i]
             ):
                 cls.append("overflow")
             else:
                 cls.append("ambiguous")
-    return ["special" if not f else c for f, c in zip(finite.tolist(), cls, strict=True)]
+    return ["special" if not f else c for f, c in zip(st.finite.tolist(), cls, strict=True)]
 
 
 def squares_inside(op, inp, acc: torch.dtype) -> torch.Tensor:
@@ -389,9 +429,10 @@ def test_extremal_values(device, op_id, dtype):
     for where, n in lengths(dev.type, dtype, OPS[op_id]):
         names, inp, dys = sample(OPS[op_id], n, dtype)
         op = raw_case(OPS[op_id], inp["x"])
-        classes = row_classes(op, inp, dys, acc)
+        stats = row_stats(inp, dys)
+        classes = row_classes(op, inp, dys, acc, stats)
         torch_safe = squares_inside(op, inp, torch_accumulator(dtype))
-        cpu_classes = row_classes(op, inp, dys, torch.float64)
+        cpu_classes = row_classes(op, inp, dys, torch.float64, stats)
         bad = [m for m, c in zip(names, classes, strict=True) if c == "ambiguous"]
         assert not bad, f"{op} {dtype_id(dtype)} n={n}: ambiguous rows {bad}"
         for cls in ("special", "in range", "overflow"):
@@ -436,20 +477,19 @@ def test_extremal_rows_are_decided():
                 accs = {accumulator(device_type, dtype), torch_accumulator(dtype)}
                 for _, n in lengths(device_type, dtype, op):
                     todo.setdefault((dtype, n), set()).update((op.id, a) for a in accs)
-    seen, done = set(), set()
+    seen = set()
     for (dtype, n), cases in todo.items():
+        stats = {}  # by the inputs that matter: residual, weight (the values are shared)
         for op_id, acc in sorted(cases, key=str):
             op = OPS[op_id]
-            key = (op.name, op.params, acc)  # (the cases differ in eps and options only)
-            if key in done:
-                continue
-            done.add(key)
             names, inp, dys = sample(op, n, dtype)
-            classes = row_classes(raw_case(op, inp["x"]), inp, dys, acc)
+            key = (op.residual, "weight" in inp)
+            if key not in stats:
+                stats[key] = row_stats(inp, dys)
+            classes = row_classes(raw_case(op, inp["x"]), inp, dys, acc, stats[key])
             bad = [m for m, c in zip(names, classes, strict=True) if c == "ambiguous"]
             assert not bad, f"{op} {dtype_id(dtype)} n={n} {acc}: ambiguous {bad}"
             seen.update((op.name, dtype, acc, c) for c in classes)
-        done.clear()
     float32 = (torch.float32, torch.bfloat16)
     for name in ("l2_normalize", "l1_normalize", "rms_norm", "add_rms_norm", "layer_norm"):
         for dtype in float32:
