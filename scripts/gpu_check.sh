@@ -4,11 +4,14 @@
 # stream sanitizer, the benchmark, and a summary.
 #
 #   bash scripts/gpu_check.sh            # everything: more than the 10 minutes one call on the
-#                                        # GPU machine may take. Three calls:
-#   SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh      # build, self-check, tests, fuzz
-#   SKIP_SELFCHECK=1 SKIP_TESTS=1 SKIP_FUZZ=1 SKIP_BENCH=1 bash scripts/gpu_check.sh  # sanitizers
-#   SKIP_SELFCHECK=1 SKIP_TESTS=1 SKIP_FUZZ=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh  # bench
-#   SKIP_TESTS=1 SKIP_FUZZ=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
+#                                        # GPU machine may take. As four calls (each builds
+#                                        # first: nothing to do on a machine still warm):
+#   SKIP_FUZZ=1 SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # self-check, tests
+#   S="SKIP_SELFCHECK=1 SKIP_TESTS=1"
+#   env $S SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # fuzz net (~3 min)
+#   env $S SKIP_FUZZ=1 SKIP_BENCH=1 bash scripts/gpu_check.sh        # sanitizers (~1-2 min each)
+#   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh    # benchmark
+#   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
 #
 # Output goes to $OUT (default ./gpu_check_out), at most 7 files, none deeper than $OUT/bench/:
 #   summary.md        GPU, build info, ptxas registers/spills, step results, benchmark tables
