@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine: build in place, self-check, the whole test suite,
-# compute-sanitizer (memcheck + racecheck), the benchmark, and a summary.
+# The one command for the GPU machine: build in place, self-check, the whole test suite, the
+# CUDA fuzz net, compute-sanitizer (memcheck, racecheck, initcheck, synccheck) and PyTorch's CUDA
+# stream sanitizer, the benchmark, and a summary.
 #
-#   bash scripts/gpu_check.sh            # everything, about 10 minutes at most: with the whole op
-#                                        # set, run tests and benchmark as two calls on a machine
-#                                        # with a 10-minute limit (SKIP_BENCH=1, then SKIP_TESTS=1
-#                                        # SKIP_SANITIZER=1 SKIP_SELFCHECK=1)
-#   SKIP_TESTS=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
-#   SKIP_SELFCHECK=1 SKIP_TESTS=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh   # build + benchmark
+#   bash scripts/gpu_check.sh            # everything: more than the 10 minutes one call on the
+#                                        # GPU machine may take. As four calls (each builds
+#                                        # first: nothing to do on a machine still warm):
+#   SKIP_FUZZ=1 SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # self-check, tests
+#   S="SKIP_SELFCHECK=1 SKIP_TESTS=1"
+#   env $S SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # fuzz net (~3 min)
+#   env $S SKIP_FUZZ=1 SKIP_BENCH=1 bash scripts/gpu_check.sh        # sanitizers (~1-2 min each)
+#   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh    # benchmark
+#   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
 #
 # Output goes to $OUT (default ./gpu_check_out), at most 7 files, none deeper than $OUT/bench/:
 #   summary.md        GPU, build info, ptxas registers/spills, step results, benchmark tables
 #   build.log         the build (ptxas summary first, then warnings/errors and the tail)
-#   tests.log         python -m rownorm (self-check), pytest, and the benchmark's progress
-#   sanitizer.log     compute-sanitizer memcheck and racecheck on a small workload of every op
-#                     of the op table (scripts/sanitize_workload.py)
+#   tests.log         python -m rownorm (self-check), pytest, the fuzz net, the benchmark's progress
+#   sanitizer.log     compute-sanitizer's tools on a small workload of every op of the op table on
+#                     every tier and dtype (scripts/sanitize_workload.py), and the stream
+#                     sanitizer's pytest run
 #   bench/results.csv, bench/results.md, bench/plots.tar (one PNG per op)  (python -m rownorm.bench)
 #
 # Environment:
-#   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a step
+#   SKIP_BUILD, SKIP_SELFCHECK, SKIP_TESTS, SKIP_FUZZ, SKIP_SANITIZER, SKIP_BENCH = 1 to skip a
+#                         step
 #   REBUILD=1             rebuild every file (build_ext --force), so ptxas reports every kernel
 #   TORCH_CUDA_ARCH_LIST  default 9.0
 #   PYTEST_ARGS           one pytest run with these arguments instead of the default three:
 #                         `-m 'cuda and not large' -n <cores-1>` (pytest-xdist, which the GPU
 #                         image ships; the CPU tests are CI's), `-m large`, then the tier-edge
-#                         tests with ROWNORM_DISABLE_CLUSTERS=1 (the pre-Hopper tier table)
+#                         and extreme-value tests with ROWNORM_DISABLE_CLUSTERS=1 (the
+#                         pre-Hopper tier table)
+#   FUZZ_ARGS             extra pytest arguments of the fuzz net (e.g. "-x"); it runs the
+#                         property tests' CUDA examples with ROWNORM_HYPOTHESIS_PROFILE=gpu
+#                         (2,000 per test: 52,000 in the 26 fuzz shards), its count in the
+#                         step's detail
+#   SANITIZER_TOOLS       default "memcheck racecheck initcheck synccheck csan": compute-
+#                         sanitizer's tools over scripts/sanitize_workload.py, each at most 150 s
+#                         and failing on any error (--error-exitcode); csan: the tests marked
+#                         `streams` under PyTorch's CUDA stream sanitizer (TORCH_CUDA_SANITIZER=1)
 #   BENCH_ARGS            default: --dtypes bf16 (every op, the bf16 grid of 12 N, fwd and
 #                         fwd+bwd, and the seeds' workloads, which are fp32)
 #   BENCH_BUDGET          seconds the benchmark may start measurements for (default 250): it
@@ -34,6 +49,7 @@
 #                         installed with --no-deps --no-index for the benchmark (default
 #                         .wheels; nothing can be downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
+#   WORKLOAD_ARGS         arguments of sanitize_workload.py (e.g. "--dtypes fp32,bf16")
 #   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
 #   PYTHON                default python3
 set -uo pipefail
@@ -73,12 +89,33 @@ FAILED=0
 log() { echo "[gpu_check $(date +%H:%M:%S) +$((SECONDS - START))s] $*"; }
 
 # The seconds a step may take: at most $1, and never past the deadline less $2, the time kept
-# for the steps after it (build 120, self-check 120, tests 100, memcheck 200, racecheck 80,
-# benchmark 10 for the summary): a slow step shortens the later ones, never skips them.
+# for the steps after it (reserve_after): a slow step shortens the later ones, never skips them.
 budget() {
   local max=$1 reserve=${2:-15}
   local left=$((DEADLINE - SECONDS - reserve))
   ((left < max)) && echo "$left" || echo "$max"
+}
+
+SANITIZER_TOOLS=${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck csan}
+# The seconds to keep for the steps after step $1 that will run: self-check 60, tests 100,
+# fuzz 120, 60 per sanitizer tool, benchmark 90, and 10 for the summary.
+reserve_after() {
+  local total=10 later=0 step
+  for step in build selfcheck tests fuzz sanitizer bench; do
+    if ((later)); then
+      case $step in
+        selfcheck) [[ ${SKIP_SELFCHECK:-0} == 1 ]] || total=$((total + 60)) ;;
+        tests) [[ ${SKIP_TESTS:-0} == 1 ]] || total=$((total + 100)) ;;
+        fuzz) [[ ${SKIP_FUZZ:-0} == 1 ]] || total=$((total + 120)) ;;
+        sanitizer)
+          [[ ${SKIP_SANITIZER:-0} == 1 ]] || total=$((total + 60 * $(wc -w <<<"$SANITIZER_TOOLS")))
+          ;;
+        bench) [[ ${SKIP_BENCH:-0} == 1 ]] || total=$((total + 90)) ;;
+      esac
+    fi
+    [[ $step == "$1" ]] && later=1
+  done
+  echo "$total"
 }
 
 record() { # name status seconds detail
@@ -161,8 +198,9 @@ write_summary() {
 
 # --------------------------------------------------------------------------------------------
 COMMAND=""
-for v in SKIP_BUILD SKIP_SELFCHECK SKIP_TESTS SKIP_SANITIZER SKIP_BENCH REBUILD \
-  TORCH_CUDA_ARCH_LIST PYTEST_ARGS BENCH_ARGS BENCH_BUDGET WHEELS SANITIZER_ARGS TOTAL_BUDGET; do
+for v in SKIP_BUILD SKIP_SELFCHECK SKIP_TESTS SKIP_FUZZ SKIP_SANITIZER SKIP_BENCH REBUILD \
+  TORCH_CUDA_ARCH_LIST PYTEST_ARGS FUZZ_ARGS BENCH_ARGS BENCH_BUDGET WHEELS SANITIZER_TOOLS \
+  SANITIZER_ARGS WORKLOAD_ARGS TOTAL_BUDGET; do
   [[ -v $v ]] && COMMAND+="$v=$(printf %q "${!v}") "
 done
 COMMAND+="bash scripts/gpu_check.sh"
@@ -181,7 +219,7 @@ if [[ ${SKIP_BUILD:-0} == 1 ]]; then
   record build skipped 0 "SKIP_BUILD=1"
 else
   t0=$SECONDS
-  limit=$(budget 330 120)
+  limit=$(budget 330 "$(reserve_after build)")
   # ninja rebuilds only what changed (and ptxas reports only that): REBUILD=1 starts afresh.
   [[ ${REBUILD:-0} == 1 ]] && rm -rf build
   log "build (limit ${limit}s): setup.py build_ext --inplace"
@@ -230,7 +268,7 @@ if [[ ${SKIP_SELFCHECK:-0} == 1 ]]; then
   record self-check skipped 0 "SKIP_SELFCHECK=1"
 else
   t0=$SECONDS
-  limit=$(budget 90 120)
+  limit=$(budget 90 "$(reserve_after selfcheck)")
   log "self-check: python -m rownorm (limit ${limit}s)"
   { echo "==== python -m rownorm"; } >>"$TESTS_LOG"
   timeout -k 10 "$limit" "$PY" -m rownorm 2>&1 | tee "$WORK/selfcheck.log" | tee -a "$TESTS_LOG"
@@ -246,7 +284,7 @@ if [[ ${SKIP_TESTS:-0} == 1 ]]; then
   record tests skipped 0 "SKIP_TESTS=1"
 else
   t0=$SECONDS
-  limit=$(budget 330 100)
+  limit=$(budget 330 "$(reserve_after tests)")
   extra=(-rfE -p no:cacheprovider)
   "$PY" -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=120)
   : >"$WORK/pytest.log"
@@ -284,7 +322,7 @@ else
     pytest_phase -q -m 'cuda and not large' "${xdist[@]}"
     pytest_phase -q -m large
     pytest_phase ROWNORM_DISABLE_CLUSTERS=1 -q -m 'cuda and not large' \
-      -k 'gpu_tiers or tier_edge' "${xdist[@]}"
+      -k 'gpu_tiers or tier_edge or extremal' "${xdist[@]}"
   fi
   grep -E '^(FAILED|ERROR) ' "$WORK/pytest.log" >"$WORK/tests_fail.txt"
   st=$(status_of "$rc")
@@ -293,36 +331,89 @@ else
   log "tests: $st — $line"
 fi
 
-# ---- compute-sanitizer ---------------------------------------------------------------------
+# ---- fuzz net --------------------------------------------------------------------------------
+if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
+  record fuzz skipped 0 "SKIP_FUZZ=1"
+elif [[ $HAVE_GPU == 0 ]]; then
+  record fuzz skipped 0 "no GPU"
+else
+  t0=$SECONDS
+  limit=$(budget 300 "$(reserve_after fuzz)")
+  fuzz=(-q -rfE -p no:cacheprovider -m cuda)
+  "$PY" -c 'import xdist' 2>/dev/null && fuzz+=(-n $(($(nproc) > 2 ? $(nproc) - 1 : 1)))
+  # shellcheck disable=SC2206
+  fuzz+=(${FUZZ_ARGS:-})
+  log "fuzz: ROWNORM_HYPOTHESIS_PROFILE=gpu pytest tests/test_properties.py ${fuzz[*]} (limit ${limit}s)"
+  echo "==== ROWNORM_HYPOTHESIS_PROFILE=gpu pytest tests/test_properties.py ${fuzz[*]}" >>"$TESTS_LOG"
+  ROWNORM_HYPOTHESIS_PROFILE=gpu timeout -k 10 "$limit" "$PY" -m pytest tests/test_properties.py \
+    "${fuzz[@]}" 2>&1 | tee "$WORK/fuzz.log" | tail -40 >>"$TESTS_LOG"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(FAILED|ERROR) ' "$WORK/fuzz.log" >>"$WORK/tests_fail.txt"
+  count=$(grep -E '^rownorm fuzz:' "$WORK/fuzz.log" | tail -1)
+  pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped)|no tests ran' "$WORK/fuzz.log" \
+    | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
+  st=$(status_of "$rc")
+  [[ $st == ok && ! $count =~ fuzz:\ [1-9] ]] && st="FAIL (no fuzz cases ran)"
+  record fuzz "$st" $((SECONDS - t0)) "${count:-no fuzz count line}; ${pline:-no pytest summary line}"
+  log "fuzz: $st — ${count:-no count}"
+fi
+
+# ---- sanitizers ------------------------------------------------------------------------------
 SANITIZER=$(command -v compute-sanitizer)
 [[ -z $SANITIZER && -x $CUDA_HOME/compute-sanitizer/compute-sanitizer ]] \
   && SANITIZER=$CUDA_HOME/compute-sanitizer/compute-sanitizer
 if [[ ${SKIP_SANITIZER:-0} == 1 ]]; then
   record sanitizer skipped 0 "SKIP_SANITIZER=1"
-elif [[ -z $SANITIZER || $HAVE_GPU == 0 ]]; then
-  record sanitizer skipped 0 "no compute-sanitizer or no GPU"
+elif [[ $HAVE_GPU == 0 ]]; then
+  record sanitizer skipped 0 "no GPU"
 else
   : >"$WORK/sanitizer_summary.txt"
-  for tool in memcheck racecheck; do
+  read -r -a tools <<<"$SANITIZER_TOOLS"
+  for i in "${!tools[@]}"; do
+    tool=${tools[$i]}
     t0=$SECONDS
-    reserve=80 # racecheck leaves this much for the benchmark
-    [[ $tool == memcheck ]] && reserve=200
-    limit=$(budget 150 $reserve)
+    # The later tools' 60 s each and the steps after this one
+    limit=$(budget 150 $(($(reserve_after sanitizer) + 60 * (${#tools[@]} - i - 1))))
     if ((limit < 20)); then
       record "$tool" skipped 0 "no time left"
       continue
     fi
+    if [[ $tool == csan ]]; then
+      # PyTorch's CUDA stream sanitizer: every op (rownorm's included) is checked for an
+      # access to a tensor from one stream racing another stream's, without synchronization.
+      # One process (no xdist); a race raises in the op, and the test fails.
+      log "sanitizer: TORCH_CUDA_SANITIZER=1 pytest -m 'cuda and streams' (limit ${limit}s)"
+      echo "==== TORCH_CUDA_SANITIZER=1 pytest tests -m 'cuda and streams'" >>"$SAN_LOG"
+      TORCH_CUDA_SANITIZER=1 timeout -k 10 "$limit" "$PY" -m pytest tests -q -rfE \
+        -p no:cacheprovider -p no:xdist -m 'cuda and streams' >"$WORK/csan.log" 2>&1
+      rc=$?
+      head -c 200000 "$WORK/csan.log" >>"$SAN_LOG"
+      sum=$(grep -E '[0-9]+ (passed|failed|error|errors)|no tests ran' "$WORK/csan.log" \
+        | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
+      echo "csan: ${sum:-no pytest summary line} (rc $rc)" >>"$WORK/sanitizer_summary.txt"
+      st=$(status_of "$rc")
+      [[ $rc == 5 ]] && st="FAIL (no tests ran)"
+      record csan "$st" $((SECONDS - t0)) "TORCH_CUDA_SANITIZER=1: ${sum:-no pytest summary line}"
+      log "csan: $st — $sum"
+      continue
+    fi
+    if [[ -z $SANITIZER ]]; then
+      record "$tool" skipped 0 "no compute-sanitizer"
+      continue
+    fi
     log "sanitizer: $tool (limit ${limit}s)"
     echo "==== compute-sanitizer --tool $tool" >>"$SAN_LOG"
-    # racecheck looks at rownorm's kernels only: PyTorch's own reduce kernels (the float64
-    # reference in the workload) report shared-memory hazards of their warp-synchronous code.
+    # racecheck, initcheck and synccheck look at rownorm's kernels only: PyTorch's own kernels
+    # (reductions, fills, casts) are not rownorm's to check, and its warp-synchronous reduce
+    # code reports shared-memory hazards under racecheck. memcheck checks every kernel.
     filter=()
-    [[ $tool == racecheck ]] && filter=(--kernel-name kns=rownorm)
-    # One cudaMalloc per tensor, so an access past a tensor's end is outside any allocation.
+    [[ $tool != memcheck ]] && filter=(--kernel-name kns=rownorm)
+    # One cudaMalloc per tensor, so an access past a tensor's end is outside any allocation
+    # (memcheck) and bytes no one wrote are uninitialized (initcheck).
     # shellcheck disable=SC2086
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$limit" "$SANITIZER" --tool "$tool" \
       "${filter[@]}" --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} \
-      "$PY" scripts/sanitize_workload.py >"$WORK/$tool.log" 2>&1
+      "$PY" scripts/sanitize_workload.py ${WORKLOAD_ARGS:-} >"$WORK/$tool.log" 2>&1
     rc=$?
     head -c 400000 "$WORK/$tool.log" >>"$SAN_LOG"
     sum=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HAZARD SUMMARY' "$WORK/$tool.log" | tail -1 \

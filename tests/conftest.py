@@ -48,11 +48,36 @@ DEVICES = [
 ]
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The CUDA fuzz net's size (test_properties.test_cuda_matches_cpu_and_torch): the
+    ``fuzz_cases`` its shards recorded, summed (their reports reach here from pytest-xdist's
+    workers too)."""
+    total = shards = 0
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "fuzz_cases":
+                    total, shards = total + value, shards + 1
+    if shards:
+        profile = os.environ.get("ROWNORM_HYPOTHESIS_PROFILE", "ci")
+        terminalreporter.write_line(
+            f"rownorm fuzz: {total} CUDA cases in {shards} shards (CUDA vs the CPU op vs torch "
+            f"vs the float64 reference, forward and backward; hypothesis profile {profile})"
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "large: full-size workloads (GPU only, tens of GB of device memory)"
     )
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
+    config.addinivalue_line(
+        "markers",
+        "streams: runs ops on several CUDA streams (scripts/gpu_check.sh runs these tests "
+        "under PyTorch's CUDA stream sanitizer, TORCH_CUDA_SANITIZER=1)",
+    )
 
 
 @pytest.fixture(params=DEVICES)

@@ -561,11 +561,28 @@ def test_ptxas_report(tmp_path) -> None:
 
 @needs_scripts
 def test_sanitizer_workload_covers_the_table(monkeypatch, capsys) -> None:
-    """The workload runs every op of the table (on the CPU here) and says when one is wrong."""
+    """The workload runs every op of the table (on the CPU here) on every tier of every dtype,
+    extreme values included, and says when one is wrong."""
     import rownorm.testing
+    from rownorm.testing.tiers import plan_row_tier
 
     workload = _script("sanitize_workload")
-    monkeypatch.setattr(workload, "CASES", [((6, 40), -1, None), ((4, 8), -1, 6)])
+    for elem in (2, 4):  # a length in every configuration of the tier table, and streaming
+        vec = 16 // elem
+        lengths = workload.tier_lengths(elem)
+        plans = {plan_row_tier(n, vec) for n in lengths}
+        edges = rownorm.testing.tiers.tier_boundaries(elem)
+        assert len(plans) == len(edges) + 1 and plan_row_tier(lengths[-1], vec).tier == "streaming"
+    for dtype in rownorm.testing.DTYPES:
+        assert any(c.special for c in workload.cases(dtype))
+        assert {c.layout for c in workload.cases(dtype)} >= {"offset", "strided", "expanded"}
+        assert {c.dim for c in workload.cases(dtype)} >= {-1, 0, 1}
+    small = [
+        workload.Case("rows", (6, 40), -1, "contiguous", True),
+        workload.Case("odd stride", (4, 9), -1, "strided", False),
+        workload.Case("dim 1", (2, 7, 3), 1, "offset", True),
+    ]
+    monkeypatch.setattr(workload, "cases", lambda dtype: small)
     called = []
     results = workload.results
 
@@ -575,13 +592,16 @@ def test_sanitizer_workload_covers_the_table(monkeypatch, capsys) -> None:
 
     monkeypatch.setattr(workload, "results", spy)
     assert workload.main(["--device", "cpu"]) == 0
-    assert "sanitizer workload: results OK" in capsys.readouterr().out
+    assert "sanitizer workload: results OK (12 cases" in capsys.readouterr().out
     assert set(called) == set(rownorm.testing.op_names())
 
-    def wrong(op, dtype, device, *args):
-        out = results(op, dtype, device, *args)
-        return [t * 1.001 for t in out] if device == "cpu" and dtype == torch.float32 else out
+    calls = []
+
+    def wrong(op, case, dtype, device, *args):  # the device's result (each first call) off
+        out = results(op, case, dtype, device, *args)
+        calls.append(device)
+        return [t * 1.01 for t in out] if len(calls) % 2 and dtype == torch.float32 else out
 
     monkeypatch.setattr(workload, "results", wrong)
-    assert workload.main(["--device", "cpu"]) == 1
+    assert workload.main(["--device", "cpu", "--dtypes", "fp32,bf16"]) == 1
     assert "sanitizer workload: RESULTS WRONG" in capsys.readouterr().out

@@ -489,6 +489,7 @@ def test_reference_backward_matches_torch_autograd(op_id):
 
 
 @cuda_only
+@pytest.mark.streams
 def test_current_stream_is_used():
     """The kernels run on the current stream: work queued before them on it is seen."""
     for op in families().values():

@@ -8,6 +8,10 @@
   independent, so a sample of rows (the first, random ones and the last, where 32-bit
   offsets would wrap) is compared with the reference; the whole output is checked for NaN.
 
+* More than 2^31 rows (of 2 fp16 elements: 8 GiB a tensor), forward and backward of rms_norm
+  with its weight gradient (a column sum over every row): catches a 32-bit row index or row
+  count, in the launch grids and in the parameter-gradient chunks.
+
 * The op set: seed 003 (``x / torch.mean(torch.abs(x), dim=1, keepdim=True)``, 32768 × 65535
   fp32) and seed 001 (``x / sqrt(mean(x², dim=1) + 1e-5)`` over the channels of a
   112 × 64 × 512 × 512 fp32 tensor) in chunks; rms_norm (with its weight gradient, checked
@@ -93,9 +97,13 @@ HUGE = {
 
 
 def _sample(count: int, gen: torch.Generator, device="cuda") -> torch.Tensor:
+    """Rows to compare: the first and last, random ones, and those around 2^31 where there
+    are more (where a 32-bit row index wraps)."""
     picks = torch.randint(0, count, (10,), generator=gen)
-    edges = torch.tensor([0, 1, 2, count - 3, count - 2, count - 1])
-    return torch.unique(torch.cat([edges, picks])).to(device)
+    edges = [0, 1, 2, count - 3, count - 2, count - 1]
+    if count > 2**31 + 1:
+        edges += [2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1]
+    return torch.unique(torch.cat([torch.tensor(edges), picks])).to(device)
 
 
 @pytest.mark.parametrize("case", HUGE)
@@ -229,3 +237,13 @@ def test_ops_more_than_2_31_elements(case):
     nbytes = numel * torch.tensor([], dtype=dtype).element_size()
     _need(5 * nbytes + 2**31)
     check_op_at_size(op_id, shape, dim, dtype, param_dtype, "cuda")
+
+
+def test_more_than_2_31_rows():
+    """(2^31 + 7, 2) fp16 with a float32 weight: rms_norm forward and backward, dweight over
+    all the rows. Peak: x, y, dy, dx (8 GiB each) and the backward's per-row statistics
+    (2 float32 per row: 16 GiB)."""
+    shape = (2**31 + 7, 2)
+    nbytes = shape[0] * shape[1] * 2
+    _need(6 * nbytes + 2**32)
+    check_op_at_size("rms_norm_weight", shape, -1, torch.float16, torch.float32, "cuda")

@@ -10,23 +10,39 @@ sliced rows (a row stride), a permuted storage order, a step along an outer dim,
 (expanded) dims, the reduced one included. Values: normal, scaled by 1e-3 .. 1e3, zero rows,
 constant rows, and NaN entries (forward: NaN exactly where the reference has it).
 
+Values also include ±inf entries and magnitudes from 1e-30 to 1e15 (fp16: 1e-2 to 1e4), all
+inside the float32 accumulator's range (test_extremal covers the ranges past it).
+
+The CUDA fuzz net (test_cuda_matches_cpu_and_torch): each example runs on CUDA, forward and
+backward (every input's gradient), and is compared with the CPU op and torch on the same
+samples (special values exactly, finite values within the dtype's tolerance) and with the
+float64 reference. It is sharded over FUZZ_SHARDS test ids so that pytest-xdist spreads it;
+each shard reports its example count, and the session prints the total
+(``rownorm fuzz: N CUDA cases ...``, tests/conftest.py).
+
 Profiles (``ROWNORM_HYPOTHESIS_PROFILE``, tests/conftest.py): ``ci`` (default) runs a few
-dozen derandomized examples per test; ``gpu`` runs thousands.
+dozen derandomized examples per test (per shard); ``gpu`` runs 2,000 per test, which is
+52,000 CUDA cases in the fuzz net's 26 shards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rownorm.testing.checks import check_grads, noisy_grads
 from rownorm.testing.tiers import tier_edge_lengths
 from utils import (
     DTYPES,
     OPS,
+    ROW_INPUTS,
+    TOL,
     assert_matches,
+    autograd_grads,
     check_backward,
     check_outputs,
     randn,
@@ -36,13 +52,21 @@ from utils import (
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 
 LAYOUT_KINDS = ("contiguous", "offset", "sliced", "permuted", "step", "expanded")
-VALUE_KINDS = ("normal", "scaled", "zero_rows", "constant_rows", "nan")
-MAX_ELEMS = {"cpu": 1 << 15, "cuda": 1 << 21}
+VALUE_KINDS = ("normal", "scaled", "tiny", "huge", "zero_rows", "constant_rows", "nan", "inf")
+SPECIAL_KINDS = ("nan", "inf")  # compared by where NaN and ±inf are, and finite values
+MAX_ELEMS = {"cpu": 1 << 15, "cuda": 1 << 21, "fuzz": 1 << 17}
+# Magnitudes of the "tiny" and "huge" values, per element size: far inside the float32
+# accumulator (x² and its sums stay finite and normal, or vanish next to eps), and for fp16
+# far from overflowing dx = dy / ‖x‖.
+TINY = {2: 1e-2, 4: 1e-30, 8: 1e-30}
+HUGE = {2: 1e4, 4: 1e15, 8: 1e15}
+FUZZ_SHARDS = 26
 
 
 @st.composite
-def problems(draw, device: str):
-    """(op, inputs, dim, description) of a random problem."""
+def problems(draw, device: str, max_elems: int | None = None):
+    """(op, inputs, dim, description, value kind) of a random problem on ``device``."""
+    max_elems = max_elems or MAX_ELEMS[device]
     op = draw(st.sampled_from(list(OPS.values())))
     dtype = draw(st.sampled_from(DTYPES))
     rank = draw(st.integers(1, 4))
@@ -54,7 +78,7 @@ def problems(draw, device: str):
         lengths = lengths | st.sampled_from(edges)
     shape[dim] = draw(lengths)
     others = math.prod(s for i, s in enumerate(shape) if i != dim % rank)
-    while others * shape[dim] > MAX_ELEMS[device] and others > 1:  # bounded memory and time
+    while others * shape[dim] > max_elems and others > 1:  # bounded memory and time
         i = max((i for i in range(rank) if i != dim % rank), key=lambda i: shape[i])
         shape[i] = max(1, shape[i] // 2)
         others = math.prod(s for i, s in enumerate(shape) if i != dim % rank)
@@ -108,6 +132,9 @@ def _values(draw, kind: str, x: torch.Tensor, dim: int) -> torch.Tensor:
         return x
     if kind == "scaled":
         return (x.double() * 10.0 ** draw(st.integers(-3, 3))).to(x.dtype)
+    if kind in ("tiny", "huge"):
+        scale = (TINY if kind == "tiny" else HUGE)[x.element_size()]
+        return (x.double() * scale).to(x.dtype)
     x = x.clone()  # (a writable copy of expanded layouts keeps their strides only if dense)
     moved = x.movedim(dim, -1)
     row = draw(st.integers(0, max(0, moved.numel() // moved.shape[-1] - 1)))
@@ -119,6 +146,10 @@ def _values(draw, kind: str, x: torch.Tensor, dim: int) -> torch.Tensor:
         target.fill_(draw(st.sampled_from([0.5, -2.0, 0.1, 12345.678])))
     elif kind == "nan":
         target[draw(st.integers(0, target.numel() - 1))] = float("nan")
+    elif kind == "inf":
+        for _ in range(draw(st.integers(1, 2))):
+            sign = draw(st.sampled_from([1.0, -1.0]))
+            target[draw(st.integers(0, target.numel() - 1))] = sign * float("inf")
     return x
 
 
@@ -130,7 +161,7 @@ def _check(op, inp, dim, desc, values, device):
         return
     outs = op.call(inp, dim)
     refs = op.reference(inp, dim)
-    if values == "nan":  # NaN where the reference has it, the other rows as usual
+    if values in SPECIAL_KINDS:  # NaN and ±inf where the reference has them, the rest as usual
         for o, r in zip(outs, refs, strict=True):
             assert_matches(o, r, dim=dim, what=desc)
         return
@@ -184,3 +215,98 @@ def test_rows_are_independent(device):
         assert torch.equal(dx, bad_dx), f"{desc}: another row's dx changed"
 
     run()
+
+
+# ---- the CUDA fuzz net -------------------------------------------------------------------------
+
+
+def _specials_match(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    for name, is_it in (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf)):
+        g, w = is_it(got), is_it(want)
+        assert torch.equal(g, w), (
+            f"{what}: {name} at {int((g & ~w).sum())} elements where the other has none, "
+            f"missing at {int((w & ~g).sum())}"
+        )
+
+
+def _torch_grads(op, inp, dim, dys):
+    """torch's expression on the same device: outputs and input gradients in the inputs'
+    dtypes (16-bit x on float32 copies where the op table says so: torch_in_fp32)."""
+    up = op.torch_in_fp32
+    leaves = {
+        k: (v.float() if up and v.dtype in (torch.float16, torch.bfloat16) else v)
+        .detach()
+        .requires_grad_(True)
+        for k, v in inp.items()
+    }
+    outs = op.torch_equivalent(leaves, dim)
+    got = torch.autograd.grad(
+        outs, list(leaves.values()), [d.to(o.dtype) for d, o in zip(dys, outs, strict=True)]
+    )
+    grads = {k: g.to(inp[k].dtype) for k, g in zip(leaves, got, strict=True)}
+    return tuple(o.detach().to(inp["x"].dtype) for o in outs), grads
+
+
+def _fuzz_case(op, inp, dim, desc, values) -> None:
+    """One CUDA example against the CPU op and torch on the same samples and the reference."""
+    x = inp["x"]
+    outs, dys, grads = autograd_grads(op, inp, dim)
+    if x.numel() == 0:
+        assert all(o.shape == x.shape for o in outs), desc
+        return
+    cpu = {k: v.cpu() for k, v in inp.items()}
+    c_outs, _, c_grads = autograd_grads(op, cpu, dim, tuple(d.cpu() for d in dys))
+    t_outs, t_grads = _torch_grads(op, inp, dim, dys)
+    loose = {k: dataclasses.replace(t, relerr=max(t.relerr, t.rtol), atol=2 * t.atol)
+             for k, t in TOL.items()}  # fmt: skip
+    refs = op.reference(inp, dim)
+    mags = [op.output_magnitude(inp, dim, refs[0])] + [None] * (len(outs) - 1)
+    for i, (o, c, t) in enumerate(zip(outs, c_outs, t_outs, strict=True)):
+        _specials_match(o, c, f"{desc} output {i} vs cpu")
+        _specials_match(o, t, f"{desc} output {i} vs torch")
+        for other, name in ((c.to(o.device), "cpu"), (t, "torch")):
+            assert_matches(o, other, magnitude=mags[i], dim=dim, tol=loose[o.dtype],
+                           what=f"{desc} output {i} vs {name}")  # fmt: skip
+    for k, g in grads.items():
+        _specials_match(g, c_grads[k], f"{desc} d{k} vs cpu")
+        if k in ROW_INPUTS or values not in SPECIAL_KINDS:
+            _specials_match(g, t_grads[k], f"{desc} d{k} vs torch")
+    if values in SPECIAL_KINDS:  # finite values: against the reference, as _check does
+        for o, r in zip(outs, refs, strict=True):
+            assert_matches(o, r, dim=dim, what=desc)
+        return
+    check_outputs(op, inp, dim, outs, what=desc, vs_torch=False)
+    skip = noisy_grads(op, inp, dim)
+    compared = {k: v for k, v in grads.items() if k not in skip}
+    check_grads(op, inp, dim, dys, compared, what=desc + " autograd")
+    for k, g in compared.items():  # the CPU op's gradients are the reference's too
+        mag = op.grad_magnitudes(dys, inp, dim)[k]
+        assert_matches(g, c_grads[k].to(g.device), magnitude=mag, dim=dim if k in ROW_INPUTS
+                       else None, what=f"{desc} d{k} vs cpu", tol=loose[g.dtype])  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
+def test_cuda_matches_cpu_and_torch(shard, record_property):
+    """The fuzz net: random problems (every op case, dtype, rank 1-4, dim, layout: storage
+    offsets, row strides, permutations, steps, stride 0; values with NaN, ±inf, zero and
+    constant rows, 1e-30 .. 1e15) on CUDA, forward and backward, against the CPU op and torch
+    on the same samples and the float64 reference. ``fuzz_cases`` (the examples run) is summed
+    over the shards into the session's last lines."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    count = 0
+
+    @given(problems("cuda", MAX_ELEMS["fuzz"]))
+    def run(problem):
+        nonlocal count
+        count += 1
+        op, inp, dim, desc, values = problem
+        case = raw_case(op, inp["x"])
+        _fuzz_case(case, inp, dim, f"shard {shard}: {desc}", values)
+
+    try:
+        run()
+    finally:
+        record_property("fuzz_cases", count)

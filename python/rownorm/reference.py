@@ -129,14 +129,24 @@ def rms_norm(x, weight, dim, eps, weight_offset, casting_mode):
 @_reference_of(_public.layer_norm)
 def layer_norm(x, weight, bias, dim, eps):
     """``(x − μ) · rsqrt(σ² + eps) · w + b`` in float64, σ² the biased variance over dim."""
-    x64 = x.double()
-    xc = x64 - x64.mean(dim=dim, keepdim=True)
+    xc = centered(x.double(), dim)
     y = xc * torch.rsqrt((xc * xc).mean(dim=dim, keepdim=True) + eps)
     if weight is not None:
         y = y * _along(weight, x, dim)
     if bias is not None:
         y = y + _along(bias, x, dim)
     return y.to(x.dtype)
+
+
+def centered(x64: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x − mean(x)`` along dim, with the mean taken as ``x₀ + mean(x − x₀)`` (x₀ the row's
+    first element): exactly 0 on a constant row (as the kernels and torch have it), where
+    ``x − Σx/n`` need not be (``Σx/n`` of a float64 row of 1e100 may round), and a more
+    accurate mean wherever the values are far from 0 against their spread."""
+    if x64.shape[dim] == 0:
+        return x64
+    shifted = x64 - x64.narrow(dim, 0, 1)
+    return shifted - shifted.mean(dim=dim, keepdim=True)
 
 
 def _shifted(x64: torch.Tensor, dim: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ and then moved, so one seed gives the same values on every device.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -152,3 +153,73 @@ DIM_CASES: dict[str, Callable[..., tuple[torch.Tensor, int]]] = {
 
 # Empty tensors: (shape, dim) with no rows, no columns, or neither.
 EMPTY_CASES = (((0, 5), -1), ((5, 0), -1), ((0, 0), 1), ((0, 5), 0), ((2, 0, 3), 1), ((0,), 0))
+
+
+# ---- extreme values -------------------------------------------------------------------------
+
+
+class Extremes(NamedTuple):
+    """Magnitudes of a dtype's extreme rows (see :func:`extremal_rows`)."""
+
+    huge: float  # random rows whose squares overflow the float32 (fp64: float64) accumulator
+    big: float  # constant rows whose sums overflow it (fp16: its largest values, in range)
+    tiny: float  # about the smallest normal number
+    sub: float  # subnormal
+    consts: tuple[float, ...]  # constant rows, signs alternating
+
+
+EXTREMES: dict[torch.dtype, Extremes] = {
+    torch.float32: Extremes(4e19, 1e38, 1e-38, 1e-39, (1e-30, 1e-5, 0.1, 3.0, 12345.678, 1e8,
+                                                       1e15)),
+    torch.bfloat16: Extremes(4e19, 1e38, 1e-38, 1e-40, (1e-30, 1e-5, 0.1, 3.0, 12345.678, 1e8,
+                                                        1e15)),
+    torch.float16: Extremes(0.0, 6e4, 6.2e-5, 6e-8, (1e-4, 0.1, 3.0, 1000.0, 6e4)),
+    torch.float64: Extremes(1e160, 1e308, 1e-300, 1e-310, (1e-300, 1e-5, 0.1, 3.0, 12345.678,
+                                                           1e15, 1e100)),
+}  # fmt: skip
+
+
+def extremal_rows(n: int, dtype: torch.dtype, generator: torch.Generator | None = None):
+    """``(names, x)``: a (rows, n) tensor of ``dtype`` on the CPU, one kind of extreme row per
+    row, named in ``names``: NaN, ±inf entries, all-±inf rows (special values); a random row,
+    a zero row, constant rows of many magnitudes, tiny and subnormal rows; random rows of
+    ``huge`` magnitude (their squares overflow the float32 accumulator of fp32 / bf16 x, the
+    float64 one of fp64 x), a row with one huge element, and a constant row of ``big``
+    (whose sum overflows it). fp16 has no values that overflow a float32 sum: its huge rows
+    are its largest values."""
+    e = EXTREMES[dtype]
+    inf, nan = float("inf"), float("nan")
+
+    def normal() -> torch.Tensor:
+        return torch.randn(n, dtype=torch.float64, generator=generator)
+
+    def with_values(*pairs) -> torch.Tensor:
+        row = normal()
+        for index, value in pairs:
+            row[index] = value
+        return row
+
+    def spread(scale: float) -> torch.Tensor:  # |x| in [scale / 2, scale], random signs
+        u = torch.rand(n, dtype=torch.float64, generator=generator)
+        return (0.5 + 0.5 * u) * scale * torch.where(normal() < 0, -1.0, 1.0)
+
+    huge = e.huge or e.big
+    rows = {
+        "normal": normal(),
+        "nan": with_values((n // 2, nan)),
+        "+inf": with_values((n // 3, inf)),
+        "-inf": with_values(((2 * n) // 3, -inf)),
+        "+inf and -inf": with_values((0, inf), (n - 1, -inf)),
+        "nan and +inf": with_values((0, nan), (n - 1, inf)),
+        "all -inf": torch.full((n,), -inf, dtype=torch.float64),
+        "all +inf": torch.full((n,), inf, dtype=torch.float64),
+        "zero": torch.zeros(n, dtype=torch.float64),
+        **{f"constant {c * (-1) ** i:g}": torch.full((n,), c * (-1) ** i, dtype=torch.float64)
+           for i, c in enumerate(e.consts)},
+        f"tiny {e.tiny:g}": normal() * e.tiny,
+        f"subnormal {e.sub:g}": normal() * e.sub,
+        f"huge {huge:g}": spread(huge),
+        f"one huge {huge:g}": with_values((n // 2, huge)),
+        f"constant {e.big:g}": torch.full((n,), e.big, dtype=torch.float64),
+    }  # fmt: skip
+    return list(rows), torch.stack(list(rows.values())).to(dtype)

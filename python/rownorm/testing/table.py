@@ -334,7 +334,7 @@ class LayerNorm(OpInfo):
 
     def grad_magnitudes(self, dys, inp, dim):
         x, dy, w = inp["x"].double(), dys[0].double(), inp.get("weight")
-        xc = x - x.mean(dim, keepdim=True)
+        xc = ref.centered(x, dim)
         rstd = torch.rsqrt((xc * xc).mean(dim, keepdim=True) + self.eps)
         yhat = xc * rstd
         g = dy.abs() if w is None else (dy * along(w.double(), x, dim)).abs()
@@ -366,7 +366,7 @@ class LayerNorm(OpInfo):
         no kernel can do better, so errors are measured against it as well as against y.
         """
         x64 = x.double()
-        xc = x64 - x64.mean(dim, keepdim=True)
+        xc = ref.centered(x64, dim)
         rstd = torch.rsqrt((xc * xc).mean(dim, keepdim=True) + self.eps)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         return TOL[acc].atol / TOL[x.dtype].atol * x64.abs() * rstd
