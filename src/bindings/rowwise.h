@@ -327,8 +327,9 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
       a.dweight = want_w ? static_cast<Acc*>(dw.data_ptr()) : nullptr;
       a.dbias = want_b ? static_cast<Acc*>(db.data_ptr()) : nullptr;
       if (!p.cuda) {
-        torch::stable::parallel_for(
-            0, p.d, 1, [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
+        // Columns split like rows: each column sums outer * inner rows' terms.
+        ParallelRows(p.d, p.outer * p.inner,
+                     [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
       } else if constexpr (std::is_same_v<Acc, AccType<T>>) {
         const int64_t chunks = ParamGradChunks(p.outer * p.inner);
         Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, 2 * chunks * p.d)}, acc);
