@@ -143,6 +143,14 @@ def test_streams_match_serial(dtype):
 # Memory
 
 
+# The out-of-memory error as it reaches Python through the stable ABI: torch 2.14 keeps the
+# allocator's message; torch 2.11 (the GPU machine's) replaces it with the shim's generic one
+# (measured on the H100), so there the test can only check that the call failed cleanly.
+OOM = r"out of memory|can't allocate memory" + (
+    "" if torch.__version__ >= "2.14" else r"|aten::new_empty.*API call failed"
+)
+
+
 def _rss() -> int | None:
     """Resident memory of this process (bytes), where /proc tells it."""
     try:
@@ -213,14 +221,13 @@ def test_allocation_failure_is_clean(device):
     if cuda:
         torch.cuda.synchronize()
         allocated = torch.cuda.memory_allocated()
-    pattern = r"out of memory|can't allocate memory"
     for call in (
         lambda: rownorm.rms_norm(x),
         lambda: torch.ops.rownorm.softmax(x, -1),
         lambda: torch.ops.rownorm.l2_normalize_backward(x, x, -1, 1e-12),
         lambda: torch.ops.rownorm.layer_norm_backward(x, x, None, -1, 1e-5, False, False),
     ):
-        with pytest.raises(RuntimeError, match=pattern):
+        with pytest.raises(RuntimeError, match=OOM):
             call()
         if cuda:
             torch.cuda.synchronize()
@@ -261,7 +268,7 @@ def test_scratch_allocation_failure_is_clean():
     room = torch.cuda.memory_reserved() + x.numel() * x.element_size() + scratch // 2
     torch.cuda.set_per_process_memory_fraction(room / total)
     try:
-        with pytest.raises(RuntimeError, match="out of memory"):
+        with pytest.raises(RuntimeError, match=OOM):
             backward()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)

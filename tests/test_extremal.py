@@ -22,7 +22,11 @@ result once. For one op and one accumulator, each row of a sample is in one of f
   torch's forward too (its float32 statistics overflow alike). The CPU never overflows on
   fp32 / bf16 / fp16 x: there the same rows are in range and give the right result where torch's
   float32 arithmetic gives 0 or NaN (a documented difference: the README's "Extreme values").
-* layer_norm sum overflow (a known bug, test_layer_norm_sum_overflow): Σx overflows; NaN.
+* underflow (l2, rms_norm, add_rms_norm): Σx² below the accumulator's smallest normal number,
+  which then holds too few bits for the tolerances (fp32 x of 1e-21 on CUDA); outputs and dx
+  must be finite.
+* layer_norm sum overflow (test_layer_norm_sum_overflow): constant rows whose Σx overflows;
+  the shifted mean gives the bias.
 
 A row between classes, whose result would depend on a reduction's order, is "ambiguous": the
 samples have none, which test_extremal_rows_are_decided checks on the CPU for every length
@@ -198,8 +202,12 @@ def row_classes(op, inp, dys, acc: torch.dtype, stats: RowStats | None = None) -
     if op.name in ("softmax", "log_softmax"):
         cls = ["in range" for _ in rows]  # m = max, Σ exp(x − m) <= n: nothing grows
     elif op.name in ("l2_normalize", "rms_norm", "add_rms_norm"):
+        # Σh² below the smallest normal number holds fewer bits than the tolerance asks for
+        # (fp32 x of 1e-21 on CUDA: x² is subnormal): "underflow", IEEE's result
+        low = math.log(info.tiny)
         cls = [
-            "in range" if st.log_sq[i] < inside and st.log_hg[i] < inside
+            "underflow" if -math.inf < st.log_sq[i] < low
+            else "in range" if st.log_sq[i] < inside and st.log_hg[i] < inside
             else "overflow" if 2 * st.log_h[i] > over and st.log_hg[i] < inside
             else "ambiguous"
             for i in rows
@@ -355,6 +363,16 @@ def check_special(op, inp, dys, outs, grads, what: str) -> None:
         assert_same_specials(g, want[k], f"{what} d{k} vs reference")
 
 
+def check_underflow(outs, grads, what: str) -> None:
+    """Rows whose Σx² is subnormal in the accumulator: every output and dx finite (the row's
+    norm is positive, if imprecise)."""
+    for i, o in enumerate(outs):
+        assert torch.isfinite(o).all(), f"{what} output {i}: not finite"
+    for k, g in grads.items():
+        if k in ROW_INPUTS:
+            assert torch.isfinite(g).all(), f"{what} d{k}: not finite"
+
+
 def check_overflow(op, inp, dys, outs, grads, what: str) -> None:
     """The formula in IEEE arithmetic once a sum is infinite: outputs 0 (layer_norm: the bias;
     add_rms_norm's second output x + residual), dx 0 (add_rms_norm: the gradient of its second
@@ -382,11 +400,20 @@ def check_overflow(op, inp, dys, outs, grads, what: str) -> None:
 # ---- the tests ---------------------------------------------------------------------------------
 
 
+RMS_FAMILY = ("rms_norm", "add_rms_norm")
+
+
 def compare_with_torch(op, sub, sub_dys, keep, outs, grads, mags, cls, what) -> None:
     """rownorm's outputs against torch's on ``keep``'s rows (same device): values and special
     values; gradients' special values (overflowing rows: the forward only)."""
     dev = outs[0].device
-    t_outs, t_grads = run_torch(op, sub, sub_dys, dev)
+    # A documented difference: torch's CUDA rms_norm gives a row holding ±inf NaN everywhere;
+    # rownorm gives the IEEE result of the formula (0 at the finite entries, NaN at the infinite
+    # ones), as torch's CPU rms_norm does, which it is compared with there (H100, torch 2.11).
+    t_dev = "cpu" if cls == "special" and op.name in RMS_FAMILY else dev
+    t_outs, t_grads = run_torch(op, sub, sub_dys, t_dev)
+    t_outs = tuple(t.to(dev) for t in t_outs)
+    t_grads = {k: None if g is None else g.to(dev) for k, g in t_grads.items()}
     n = sub["x"].shape[-1]
     for i, (o, t) in enumerate(zip(outs, t_outs, strict=True)):
         m = None if mags[i] is None else rows(mags[i], keep)
@@ -439,7 +466,7 @@ def test_extremal_values(device, op_id, dtype):
         cpu_classes = row_classes(op, inp, dys, torch.float64, stats)
         bad = [m for m, c in zip(names, classes, strict=True) if c == "ambiguous"]
         assert not bad, f"{op} {dtype_id(dtype)} n={n}: ambiguous rows {bad}"
-        for cls in ("special", "in range", "overflow"):
+        for cls in ("special", "in range", "overflow", "underflow"):
             idx = [i for i, c in enumerate(classes) if c == cls]
             if not idx:
                 continue
@@ -450,6 +477,9 @@ def test_extremal_values(device, op_id, dtype):
             outs, grads = run_rownorm(op, sub, sub_dys, where, dev)
             placed = {k: v.to(dev) for k, v in sub.items()}
             placed_dys = tuple(d.to(dev) for d in sub_dys)
+            if cls == "underflow":  # finite where the reference is; nothing else to hold it to
+                check_underflow(outs, grads, what)
+                continue
             check = {"special": check_special, "in range": check_in_range}.get(cls, check_overflow)
             check(op, placed, placed_dys, outs, grads, what)
             mags = [op.output_magnitude(placed, -1, op.reference(placed, -1)[0])]

@@ -138,6 +138,8 @@ def _torch_rms(t, w, eps, weight_offset, casting_mode):
     float64 x)."""
     acc = torch.promote_types(t.dtype, torch.float32)
     yhat = F.rms_norm(t.to(acc), (t.shape[-1],), None, eps)
+    if w is None:  # the case without its parameters: no offset (checked), ŷ rounded once
+        return yhat.to(t.dtype)
     if casting_mode == "llama":
         scale = w if weight_offset == 0 else w.to(acc) + weight_offset  # no rounded w + c
         return scale * yhat.to(t.dtype)
