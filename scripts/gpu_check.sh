@@ -49,7 +49,10 @@
 #                         installed with --no-deps --no-index for the benchmark (default
 #                         .wheels; nothing can be downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
-#   WORKLOAD_ARGS         arguments of sanitize_workload.py (e.g. "--dtypes fp32,bf16")
+#   WORKLOAD_ARGS         arguments of sanitize_workload.py (e.g. "--dtypes fp32,bf16", or
+#                         "--shard 0/4": every 4th case; on the H100 racecheck covered 11 of the
+#                         94 cases in 45 s, so racecheck and initcheck take a call of their own
+#                         or a shard per call: SANITIZER_TOOLS=racecheck WORKLOAD_ARGS=...)
 #   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
 #   PYTHON                default python3
 set -uo pipefail

@@ -180,12 +180,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="where the ops run (default cuda)")
     p.add_argument("--dtypes", default="fp32,fp16,bf16,fp64", help="comma-separated subset")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        help="K/N: every N-th case from the K-th (racecheck and initcheck need minutes for the "
+        "whole workload: split it over calls)",
+    )
     args = p.parse_args(argv)
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    if not 0 <= shard < shards:
+        p.error(f"--shard {args.shard}: need 0 <= K < N")
     wanted = set(args.dtypes.split(","))
     dtypes = [d for d in ALL_DTYPES if DTYPE_IDS[d] in wanted]
     worst, n_cases, n_calls, bad = 0.0, 0, 0, []
+    index = -1
     for dtype in dtypes:
         for i, case in enumerate(cases(dtype)):
+            index += 1
+            if index % shards != shard:
+                continue
             case_worst = 0.0
             for op in families().values():
                 x_probe = torch.empty(case.shape)
