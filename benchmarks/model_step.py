@@ -8,9 +8,10 @@ Models are built from their config classes with random weights (nothing is downl
 bf16, hidden 2048 (TinyLlama's shape: 32 heads of 64, 4 KV heads, MLP 5632), vocab 32000 for
 every family so that the norms' share of the step is comparable across families. A training
 step is forward with labels (the model's cross-entropy loss), backward and a fused AdamW step;
-the decode-sized forward is one token for each of `batch` sequences, no cache. Times are the
-median over timed steps between CUDA events after warm-up steps; tokens/s counts the batch's
-tokens; peak memory is torch.cuda.max_memory_allocated over the timed steps.
+the decode-sized forward is one token for each of `batch` sequences, no cache. Times are
+rownorm.bench's Timer: the median of at least --steps reps between CUDA events after warm-up
+(the first call compiles), the L2 flushed before each; tokens/s counts the batch's tokens;
+peak memory is torch.cuda.max_memory_allocated over the training steps.
 
 Variants: `stock` (the model as transformers builds it), `rownorm` (rownorm.patch_model: every
 norm module swapped, parameters kept), `liger-norm` (Liger-Kernel's apply_liger_kernel_to_*
@@ -22,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import rownorm
 import torch
+from rownorm.bench.timer import Timer
 
 HIDDEN = dict(
     hidden_size=2048,
@@ -94,21 +94,6 @@ class Result:
     note: str
 
 
-def time_steps(fn: Callable[[], None], warmup: int, steps: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def run_case(family, variant, compiled, args) -> Result:
     model = build(family, args.layers)
     note = apply_variant(model, family, variant)
@@ -130,10 +115,11 @@ def run_case(family, variant, compiled, args) -> Result:
         with torch.no_grad():
             fwd(input_ids=one, use_cache=False)
 
+    timer = Timer(torch.device("cuda"))
     torch.cuda.reset_peak_memory_stats()
-    train_ms = time_steps(train, args.warmup, args.steps)
+    train_ms, _ = timer(train, min_reps=args.steps)
     peak = torch.cuda.max_memory_allocated() / 2**30
-    decode_ms = time_steps(decode, args.warmup, args.steps)
+    decode_ms, _ = timer(decode, min_reps=args.steps)
     tokens = args.batch * args.seq
     return Result(
         family,
@@ -155,8 +141,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps at the least")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -184,8 +169,8 @@ def main() -> None:
     lines = [
         f"# Model step, {torch.cuda.get_device_name()}, torch {torch.__version__}",
         "",
-        f"{args.layers} layers, batch {args.batch}×{args.seq}, bf16; median of {args.steps} "
-        "steps. Speedup: the stock model's time in the same mode over the variant's.",
+        f"{args.layers} layers, batch {args.batch}×{args.seq}, bf16; median of at least "
+        f"{args.steps} steps. Speedup: the stock model's time in the same mode over the variant's.",
         "",
         "| family | mode | variant | train step ms | speedup | tokens/s | decode fwd ms | "
         "speedup | peak GiB |",

@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import NamedTuple
 
 import pytest
 import torch
-from rownorm.testing.checks import noisy_grads
+from rownorm.testing.checks import assert_same_specials, noisy_grads, torch_grads
 from rownorm.testing.opinfo import Tol, along
 from rownorm.testing.samples import extremal_rows
 from utils import (
@@ -68,8 +67,6 @@ from utils import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
-
-HALF = (torch.float16, torch.bfloat16)
 
 
 def accumulator(device_type: str, dtype: torch.dtype) -> torch.dtype:
@@ -295,36 +292,6 @@ def run_rownorm(op, inp, dys, where: str, device):
     return outs, grads
 
 
-def run_torch(op, inp, dys, device):
-    """The torch expression's outputs and gradients on ``device``, in the inputs' dtypes;
-    16-bit inputs are evaluated on float32 copies (rownorm's statistics are float32 there,
-    while some torch expressions, F.normalize's norm for one, round to the 16-bit dtype)."""
-    upcast = op.torch_in_fp32
-    leaves = {
-        k: (v.float() if upcast and v.dtype in HALF else v).to(device).detach().requires_grad_(True)
-        for k, v in inp.items()
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        outs = op.torch_equivalent(leaves, -1)
-    dys = tuple(d.to(device=device, dtype=o.dtype) for d, o in zip(dys, outs, strict=True))
-    got = torch.autograd.grad(outs, list(leaves.values()), dys, allow_unused=True)
-    dtype = inp["x"].dtype
-    grads = {k: g.to(inp[k].dtype) for k, g in zip(leaves, got, strict=True) if g is not None}
-    return tuple(o.detach().to(dtype) for o in outs), grads
-
-
-def assert_same_specials(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """NaN, +inf and -inf at the same elements."""
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    for name, is_it in (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf)):
-        g, w = is_it(got), is_it(want)
-        assert torch.equal(g, w), (
-            f"{what}: {name} at {int((g & ~w).sum())} elements where the other has none, "
-            f"missing at {int((w & ~g).sum())}"
-        )
-
-
 def loose(dtype: torch.dtype, n: int = 1):
     """The tolerance against another implementation's rounded result (torch's, or the other
     device's): the elementwise one, also as the bound on the relative error, and room for
@@ -411,7 +378,7 @@ def compare_with_torch(op, sub, sub_dys, keep, outs, grads, mags, cls, what) -> 
     # rownorm gives the IEEE result of the formula (0 at the finite entries, NaN at the infinite
     # ones), as torch's CPU rms_norm does, which it is compared with there (H100, torch 2.11).
     t_dev = "cpu" if cls == "special" and op.name in RMS_FAMILY else dev
-    t_outs, t_grads = run_torch(op, sub, sub_dys, t_dev)
+    t_outs, t_grads = torch_grads(op, sub, -1, sub_dys, t_dev)
     t_outs = tuple(t.to(dev) for t in t_outs)
     t_grads = {k: None if g is None else g.to(dev) for k, g in t_grads.items()}
     n = sub["x"].shape[-1]

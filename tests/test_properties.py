@@ -34,7 +34,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from rownorm.testing.checks import check_grads, noisy_grads
+from rownorm.testing.checks import assert_same_specials, check_grads, noisy_grads, torch_grads
 from rownorm.testing.tiers import tier_edge_lengths
 from utils import (
     DTYPES,
@@ -227,34 +227,6 @@ def test_rows_are_independent(device):
 # ---- the CUDA fuzz net -------------------------------------------------------------------------
 
 
-def _specials_match(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    for name, is_it in (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf)):
-        g, w = is_it(got), is_it(want)
-        assert torch.equal(g, w), (
-            f"{what}: {name} at {int((g & ~w).sum())} elements where the other has none, "
-            f"missing at {int((w & ~g).sum())}"
-        )
-
-
-def _torch_grads(op, inp, dim, dys):
-    """torch's expression on the same device: outputs and input gradients in the inputs'
-    dtypes (16-bit x on float32 copies where the op table says so: torch_in_fp32)."""
-    up = op.torch_in_fp32
-    leaves = {
-        k: (v.float() if up and v.dtype in (torch.float16, torch.bfloat16) else v)
-        .detach()
-        .requires_grad_(True)
-        for k, v in inp.items()
-    }
-    outs = op.torch_equivalent(leaves, dim)
-    got = torch.autograd.grad(
-        outs, list(leaves.values()), [d.to(o.dtype) for d, o in zip(dys, outs, strict=True)]
-    )
-    grads = {k: g.to(inp[k].dtype) for k, g in zip(leaves, got, strict=True)}
-    return tuple(o.detach().to(inp["x"].dtype) for o in outs), grads
-
-
 def _fuzz_case(op, inp, dim, desc, values) -> None:
     """One CUDA example against the CPU op and torch on the same samples and the reference."""
     x = inp["x"]
@@ -267,25 +239,25 @@ def _fuzz_case(op, inp, dim, desc, values) -> None:
     # torch's CUDA rms_norm makes a row holding ±inf NaN everywhere; rownorm keeps the formula's
     # IEEE result, as torch's CPU rms_norm does (README, "Extreme values"): compared with that.
     if op.name in ("rms_norm", "add_rms_norm") and any(torch.isinf(v).any() for v in inp.values()):
-        t_outs, t_grads = _torch_grads(op, cpu, dim, tuple(d.cpu() for d in dys))
+        t_outs, t_grads = torch_grads(op, cpu, dim, tuple(d.cpu() for d in dys))
         t_outs = tuple(t.to(x.device) for t in t_outs)
         t_grads = {k: g.to(x.device) for k, g in t_grads.items()}
     else:
-        t_outs, t_grads = _torch_grads(op, inp, dim, dys)
+        t_outs, t_grads = torch_grads(op, inp, dim, dys)
     loose = {k: dataclasses.replace(t, relerr=max(t.relerr, t.rtol), atol=2 * t.atol)
              for k, t in TOL.items()}  # fmt: skip
     refs = op.reference(inp, dim)
     mags = [op.output_magnitude(inp, dim, refs[0])] + [None] * (len(outs) - 1)
     for i, (o, c, t) in enumerate(zip(outs, c_outs, t_outs, strict=True)):
-        _specials_match(o, c, f"{desc} output {i} vs cpu")
-        _specials_match(o, t, f"{desc} output {i} vs torch")
+        assert_same_specials(o, c, f"{desc} output {i} vs cpu")
+        assert_same_specials(o, t, f"{desc} output {i} vs torch")
         for other, name in ((c.to(o.device), "cpu"), (t, "torch")):
             assert_matches(o, other, magnitude=mags[i], dim=dim, tol=loose[o.dtype],
                            what=f"{desc} output {i} vs {name}")  # fmt: skip
     for k, g in grads.items():
-        _specials_match(g, c_grads[k], f"{desc} d{k} vs cpu")
+        assert_same_specials(g, c_grads[k], f"{desc} d{k} vs cpu")
         if k in ROW_INPUTS or values not in SPECIAL_KINDS:
-            _specials_match(g, t_grads[k], f"{desc} d{k} vs torch")
+            assert_same_specials(g, t_grads[k], f"{desc} d{k} vs torch")
     if values in SPECIAL_KINDS:  # finite values: against the reference, as _check does
         for o, r in zip(outs, refs, strict=True):
             assert_matches(o, r, dim=dim, what=desc)

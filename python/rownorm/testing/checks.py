@@ -209,3 +209,36 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
         compared = {k: v for k, v in got_raw.items() if k not in skip}
         check_grads(op, inp, dim, dys, compared, what=what + " raw backward", refs=refs)
     return outs, dys, got
+
+
+def assert_same_specials(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """NaN, +inf and -inf at the same elements."""
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    for name, is_it in (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf)):
+        g, w = is_it(got), is_it(want)
+        assert torch.equal(g, w), (
+            f"{what}: {name} at {int((g & ~w).sum())} elements where the other has none, "
+            f"missing at {int((w & ~g).sum())}"
+        )
+
+
+def torch_grads(op: OpInfo, inp, dim: int, dys, device=None):
+    """The torch expression's outputs and input gradients (on ``device``, default the inputs'),
+    in the inputs' dtypes; 16-bit inputs on float32 copies where the op table says torch's
+    expression rounds to 16 bits (``op.torch_in_fp32``). Inputs torch's expression does not use
+    have no gradient."""
+    half = (torch.float16, torch.bfloat16)
+    leaves = {
+        k: (v.float() if op.torch_in_fp32 and v.dtype in half else v)
+        .to(device if device is not None else v.device)
+        .detach()
+        .requires_grad_(True)
+        for k, v in inp.items()
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        outs = op.torch_equivalent(leaves, dim)
+    dys = tuple(d.to(device=o.device, dtype=o.dtype) for d, o in zip(dys, outs, strict=True))
+    got = torch.autograd.grad(outs, list(leaves.values()), dys, allow_unused=True)
+    grads = {k: g.to(inp[k].dtype) for k, g in zip(leaves, got, strict=True) if g is not None}
+    return tuple(o.detach().to(inp["x"].dtype) for o in outs), grads
