@@ -291,3 +291,184 @@ def test_compiled_patched_model(device):
         eager = model(ids).logits
         compiled = torch.compile(model, fullgraph=True)(ids).logits
     assert relerr(compiled, eager) <= RELERR[torch.float32][0]
+
+
+# ---- the fused residual stream (patch_model(model, fuse_residual=True)) ---------------------
+
+# The families whose decoder layers have Llama's structure (Phi-3 with its residual dropouts).
+FUSED = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma"]
+
+
+def _count_add_rms_norm(monkeypatch) -> list[int]:
+    """Counts the fused layers' add_rms_norm calls (so a test sees the fused path ran)."""
+    from rownorm.integrations import transformers as integration
+
+    calls = [0]
+    original = integration.add_rms_norm
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(integration, "add_rms_norm", counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("family", FUSED)
+def test_fused_residual_matches(device, family, dtype, monkeypatch):
+    """Every decoder layer fused (one add_rms_norm per layer per forward); logits and every
+    parameter gradient as the unpatched model's; the same Parameters and state_dict keys."""
+    reference = make_model(family, device, dtype)
+    model = copy.deepcopy(reference)
+    params = dict(model.named_parameters())
+    keys = list(model.state_dict())
+    layers = [n for n, m in reference.named_modules() if type(m).__name__.endswith("DecoderLayer")]
+
+    summary = rownorm.patch_model(model, fuse_residual=True)
+
+    assert [f.name for f in summary.fused] == layers and len(layers) == 2
+    assert all(f.form == MODELS[family][3][f.original.replace("DecoderLayer", "RMSNorm")]
+               for f in summary.fused)  # fmt: skip
+    assert summary.not_fused == [] and f"in {len(layers)} layer(s)" in str(summary)
+    assert list(model.state_dict()) == keys
+    assert all(p is params[n] for n, p in model.named_parameters())
+    assert all(isinstance(model.get_submodule(n), type(reference.get_submodule(n))) for n in layers)
+
+    calls = _count_add_rms_norm(monkeypatch)
+    ids = _ids(device)
+    logits, _, grads = loss_and_grads(model, ids)
+    assert calls[0] == len(layers)
+    ref_logits, _, ref_grads = loss_and_grads(reference, ids)
+    logits_tol, grad_tol = RELERR[dtype]
+    assert relerr(logits, ref_logits) <= logits_tol, relerr(logits, ref_logits)
+    floor = 1e-3 * torch.stack([g.double().norm() for g in ref_grads.values()]).norm().item()
+    for name, g in ref_grads.items():
+        err = relerr(grads[name], g, floor)
+        assert err <= grad_tol, (name, err)
+
+    again = rownorm.patch_model(model, fuse_residual=True)
+    assert again.fused == [] and set(layers) <= set(again.already_patched)
+
+
+@pytest.mark.parametrize("family", ["phi3"])
+def test_fused_training_follows_unpatched(device, family):
+    """30 AdamW steps on one batch (training mode: Phi-3's residual dropouts run, at p = 0)."""
+    curves = []
+    for fuse in (False, True):
+        model = make_model(family, device).train()
+        if fuse:
+            assert len(rownorm.patch_model(model, fuse_residual=True).fused) == 2
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        ids = _ids(device)
+        losses = []
+        for _ in range(30):
+            _, loss, _ = loss_and_grads(model, ids)
+            opt.step()
+            losses.append(loss.item())
+        curves.append(torch.tensor(losses))
+    unpatched, fused = curves
+    assert unpatched[-1] < 0.5 * unpatched[0], "the tiny model must learn the batch"
+    assert torch.allclose(fused, unpatched, rtol=1e-4), (fused, unpatched)
+
+
+def test_compiled_fused_model(device):
+    """A fused model compiles with fullgraph=True."""
+    model = make_model("qwen3", device)
+    assert len(rownorm.patch_model(model, fuse_residual=True).fused) == 2
+    ids = _ids(device)
+    with torch.no_grad():
+        eager = model(ids).logits
+        compiled = torch.compile(model, fullgraph=True)(ids).logits
+    assert relerr(compiled, eager) <= RELERR[torch.float32][0]
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, n: int = 64) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(n, n)
+
+    def forward(self, hidden_states, **kwargs):
+        return torch.tanh(self.proj(hidden_states)), None
+
+
+class PostNormLayer(torch.nn.Module):
+    """Llama's submodules and signature, Gemma2's wiring (the attention output normed before
+    the residual add): the probe must see that it is not Llama's."""
+
+    def __init__(self, n: int = 64) -> None:
+        super().__init__()
+        self.input_layernorm = RenamedLlamaNorm(n)
+        self.self_attn = _Attention(n)
+        self.post_attention_layernorm = RenamedLlamaNorm(n)
+        self.mlp = torch.nn.Linear(n, n)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=False, position_embeddings=None,
+                **kwargs):  # fmt: skip
+        attn, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
+        hidden_states = hidden_states + self.post_attention_layernorm(attn)
+        return hidden_states + self.mlp(hidden_states)
+
+
+class LlamaWiredLayer(PostNormLayer):
+    def forward(self, hidden_states, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=False, position_embeddings=None,
+                **kwargs):  # fmt: skip
+        residual = hidden_states
+        attn, _ = self.self_attn(
+            hidden_states=self.input_layernorm(hidden_states), attention_mask=attention_mask,
+            position_ids=position_ids, past_key_values=past_key_values, use_cache=use_cache,
+            position_embeddings=position_embeddings, **kwargs,
+        )  # fmt: skip
+        hidden_states = residual + attn
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class TupleLayer(LlamaWiredLayer):  # returns (hidden_states,), as transformers 4.x layers did
+    def forward(self, hidden_states, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=False, position_embeddings=None,
+                **kwargs):  # fmt: skip
+        return (super().forward(hidden_states, **kwargs),)
+
+
+class Bf16PostNormLayer(LlamaWiredLayer):  # its post_attention_layernorm is not patched
+    def __init__(self, n: int = 64) -> None:
+        super().__init__(n)
+        self.post_attention_layernorm = Bf16MathNorm(n)
+
+
+def test_unexpected_layers_left_alone(device):
+    """Only layers whose forward is Llama's wiring (probed) and whose post_attention_layernorm
+    rownorm patched are fused; the rest keep their class and are listed with the reason."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleList(
+        [LlamaWiredLayer(), PostNormLayer(), TupleLayer(), Bf16PostNormLayer()]
+    ).to(device)
+    reference = copy.deepcopy(model)
+    summary = rownorm.patch_model(model, fuse_residual=True)
+    assert [(f.name, f.original) for f in summary.fused] == [("0", "LlamaWiredLayer")]
+    reasons = {m.name: (m.cls, m.reason) for m in summary.not_fused}
+    assert reasons["1"] == ("PostNormLayer", "its forward computes something else than the "
+                            "Llama decoder layer's wiring")  # fmt: skip
+    assert reasons["2"] == ("TupleLayer", "its forward returns tuple, not one tensor")
+    assert reasons["3"] == ("Bf16PostNormLayer",
+                            "its post_attention_layernorm is not one rownorm patched")  # fmt: skip
+    assert [type(m) for m in model[1:]] == [PostNormLayer, TupleLayer, Bf16PostNormLayer]
+    x = torch.randn(2, 5, 64, device=device)
+    for layer, ref in zip(model, reference, strict=True):
+        out, ref_out = layer(x), ref(x)
+        out, ref_out = (out[0], ref_out[0]) if isinstance(out, tuple) else (out, ref_out)
+        assert relerr(out, ref_out) <= RELERR[torch.float32][0]
+
+
+def test_gemma2_layers_not_fused():
+    """Gemma2's layers norm each branch before and after (four norms): left alone, listed."""
+    model = make_model("gemma2", "cpu")
+    summary = rownorm.patch_model(model, fuse_residual=True)
+    assert summary.fused == [] and len(summary.patched) == 9
+    assert [(m.cls, m.reason) for m in summary.not_fused] == 2 * [
+        ("Gemma2DecoderLayer",
+         "it has norms besides Llama's two (pre_feedforward_layernorm, post_feedforward_layernorm)")
+    ]  # fmt: skip
+    assert "not fused: 2 layer(s)" in str(summary)
