@@ -301,7 +301,7 @@ FUSED = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma"]
 
 def _count_add_rms_norm(monkeypatch) -> list[int]:
     """Counts the fused layers' add_rms_norm calls (so a test sees the fused path ran)."""
-    from rownorm.integrations import transformers as integration
+    from rownorm.integrations import fused_layers as integration
 
     calls = [0]
     original = integration.add_rms_norm
