@@ -142,14 +142,19 @@ def test_patched_model_matches(device, family, dtype):
     assert again.patched == [] and sorted(again.already_patched) == sorted(n for n, _ in expected)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
-def test_training_follows_unpatched(device, family):
-    """30 AdamW steps on one batch: the patched loss curve is the unpatched one."""
+@pytest.mark.parametrize(
+    "family, fuse_residual",
+    [("llama", False), ("qwen3", False), ("gemma3", False), ("phi3", True)],
+)
+def test_training_follows_unpatched(device, family, fuse_residual):
+    """30 AdamW steps on one batch: the patched loss curve is the unpatched one (fused: in
+    training mode, where Phi-3's residual dropouts run, at p = 0)."""
     curves = []
     for patch in (False, True):
         model = make_model(family, device).train()
         if patch:
-            rownorm.patch_model(model)
+            summary = rownorm.patch_model(model, fuse_residual=fuse_residual)
+            assert len(summary.fused) == (2 if fuse_residual else 0)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         ids = _ids(device)
         losses = []
@@ -349,27 +354,6 @@ def test_fused_residual_matches(device, family, dtype, monkeypatch):
 
     again = rownorm.patch_model(model, fuse_residual=True)
     assert again.fused == [] and set(layers) <= set(again.already_patched)
-
-
-@pytest.mark.parametrize("family", ["phi3"])
-def test_fused_training_follows_unpatched(device, family):
-    """30 AdamW steps on one batch (training mode: Phi-3's residual dropouts run, at p = 0)."""
-    curves = []
-    for fuse in (False, True):
-        model = make_model(family, device).train()
-        if fuse:
-            assert len(rownorm.patch_model(model, fuse_residual=True).fused) == 2
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        ids = _ids(device)
-        losses = []
-        for _ in range(30):
-            _, loss, _ = loss_and_grads(model, ids)
-            opt.step()
-            losses.append(loss.item())
-        curves.append(torch.tensor(losses))
-    unpatched, fused = curves
-    assert unpatched[-1] < 0.5 * unpatched[0], "the tiny model must learn the batch"
-    assert torch.allclose(fused, unpatched, rtol=1e-4), (fused, unpatched)
 
 
 def test_compiled_fused_model(device):
