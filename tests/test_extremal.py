@@ -367,20 +367,11 @@ def check_overflow(op, inp, dys, outs, grads, what: str) -> None:
 # ---- the tests ---------------------------------------------------------------------------------
 
 
-RMS_FAMILY = ("rms_norm", "add_rms_norm")
-
-
 def compare_with_torch(op, sub, sub_dys, keep, outs, grads, mags, cls, what) -> None:
     """rownorm's outputs against torch's on ``keep``'s rows (same device): values and special
     values; gradients' special values (overflowing rows: the forward only)."""
     dev = outs[0].device
-    # A documented difference: torch's CUDA rms_norm gives a row holding ±inf NaN everywhere;
-    # rownorm gives the IEEE result of the formula (0 at the finite entries, NaN at the infinite
-    # ones), as torch's CPU rms_norm does, which it is compared with there (H100, torch 2.11).
-    t_dev = "cpu" if cls == "special" and op.name in RMS_FAMILY else dev
-    t_outs, t_grads = torch_grads(op, sub, -1, sub_dys, t_dev)
-    t_outs = tuple(t.to(dev) for t in t_outs)
-    t_grads = {k: None if g is None else g.to(dev) for k, g in t_grads.items()}
+    t_outs, t_grads = torch_grads(op, sub, -1, sub_dys, dev)
     n = sub["x"].shape[-1]
     for i, (o, t) in enumerate(zip(outs, t_outs, strict=True)):
         m = None if mags[i] is None else rows(mags[i], keep)

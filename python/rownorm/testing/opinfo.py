@@ -155,6 +155,10 @@ class OpInfo:
     torch_in_fp32: bool = False
     # The backward reads the forward's output y instead of x (softmax / log_softmax).
     backward_reads_output: bool = False
+    # torch's CUDA kernel makes a row holding ±inf NaN everywhere, where rownorm keeps the
+    # formula's IEEE result (0 at the finite entries) as torch's CPU kernel does (README,
+    # "Extreme values"; H100, torch 2.11): torch is evaluated on the CPU for such inputs.
+    torch_cuda_nan_inf_rows: bool = False
 
     # ---- arity, names, traffic --------------------------------------------------------------
 

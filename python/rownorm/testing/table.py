@@ -181,6 +181,7 @@ def _rms_module(cls, x, w, eps, n, **kw):
 @dataclass(frozen=True)
 class RmsNorm(_RmsOptions, OpInfo):
     name: str = "rms_norm"
+    torch_cuda_nan_inf_rows: bool = True
 
     def call(self, inp, dim):
         return (rownorm.rms_norm(inp["x"], inp.get("weight"), dim=dim, eps=self.eps,
@@ -231,6 +232,7 @@ class RmsNorm(_RmsOptions, OpInfo):
 @dataclass(frozen=True)
 class AddRmsNorm(_RmsOptions, OpInfo):
     name: str = "add_rms_norm"
+    torch_cuda_nan_inf_rows: bool = True
     residual: bool = True
     last_dim_only: bool = True
     n_outputs: int = 2
