@@ -253,8 +253,12 @@ def _fuse_reason(layer: torch.nn.Module) -> str | None:
         return "its post_attention_layernorm is not one rownorm patched"
     if norm._rownorm_form.kind != "rms_norm":
         return f"its post_attention_layernorm computes {norm._rownorm_form}, not an RMS norm"
-    dropouts = all(isinstance(getattr(layer, d, None), torch.nn.Module) for d in _RESID_DROPOUTS)
-    return _probe_layer(layer, dropouts)
+    return _probe_layer(layer, _has_dropouts(layer))
+
+
+def _has_dropouts(layer: torch.nn.Module) -> bool:
+    """Whether the layer has Phi-3's residual dropouts, applied on each branch."""
+    return all(isinstance(getattr(layer, d, None), torch.nn.Module) for d in _RESID_DROPOUTS)
 
 
 def fuse_layers(model: torch.nn.Module, summary: PatchSummary) -> None:
@@ -269,9 +273,7 @@ def fuse_layers(model: torch.nn.Module, summary: PatchSummary) -> None:
         if reason is not None:
             summary.not_fused.append(LeftAlone(name, type(module).__name__, reason))
             continue
-        dropouts = all(
-            isinstance(getattr(module, d, None), torch.nn.Module) for d in _RESID_DROPOUTS
-        )
+        dropouts = _has_dropouts(module)
         original = type(module).__name__
         params, defaults = _layer_arguments(type(module))  # the probe parsed them
         module.__class__ = fused_layer_class(type(module), dropouts, params, defaults)
