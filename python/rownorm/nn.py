@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from rownorm import functional as F
-from rownorm.ops import CASTING_MODES
+from rownorm._checks import CASTING_MODES
 
 
 def _normalized_shape(module: str, normalized_shape: int | Sequence[int]) -> tuple[int]:

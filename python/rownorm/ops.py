@@ -17,153 +17,17 @@ import torch
 import torch._library.utils
 import torch.autograd.forward_ad as fwAD
 
-_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``float32``: the spelling of the C++ error messages."""
-    return str(dtype).removeprefix("torch.")
-
-
-def _device_name(device: torch.device) -> str:
-    """``cpu`` / ``cuda:0``, as the C++ messages print a device."""
-    return str(device)
-
-
-def _shape_name(t: torch.Tensor) -> str:
-    """``(4, 5)`` / ``(5,)``, as the C++ messages print a shape."""
-    return str(tuple(t.shape))
-
-
-# ---- checks shared by the fakes (each mirrors a check of src/bindings, message included) ----
-
-_FLOATING = "float32, float16, bfloat16 or float64"
-
-
-def check_floating(op: str, name: str, t: torch.Tensor) -> None:
-    torch._check(
-        t.dtype in _FLOAT_DTYPES,
-        lambda: f"{op}: {name} must be {_FLOATING}, got {dtype_name(t.dtype)}",
-    )
-
-
-def check_rowwise_input(op: str, name: str, x: torch.Tensor, dim: int) -> int:
-    """Validates the tensor an op reduces (named ``name``: x, or the y / r a backward op
-    reads) and ``dim`` the way the C++ bindings do; returns the wrapped dim.
-
-    Used by the fakes, so torch.compile reports the same errors as eager execution.
-    """
-    torch._check(
-        x.layout == torch.strided,
-        lambda: f"{op}: {name} must be a dense (strided) tensor, got layout {x.layout}",
-    )
-    check_floating(op, name, x)
-    torch._check(
-        x.dim() >= 1,
-        lambda: f"{op}: {name} must have at least one dimension, got a 0-d tensor",
-    )
-    torch._check(
-        -x.dim() <= dim < x.dim(),
-        lambda: (
-            f"{op}: dim must be in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d {name}, got {dim}"
-        ),
-    )
-    return dim % x.dim()
-
-
-def check_eps(op: str, eps: float) -> None:
-    # `:g` prints a double as C++'s ostream does (-1, 1e-05, nan).
-    torch._check(eps >= 0, lambda: f"{op}: eps must be >= 0, got {eps:g}")
-
-
-def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
-    """``other`` (called ``name``) has the device, dtype and shape of x (called ``x_name``),
-    checked in that order."""
-    torch._check(
-        other.device == x.device,
-        lambda: (
-            f"{op}: {name} must be on {x_name}'s device ({_device_name(x.device)}), "
-            f"got {_device_name(other.device)}"
-        ),
-    )
-    torch._check(
-        other.dtype == x.dtype,
-        lambda: (
-            f"{op}: {name} must have {x_name}'s dtype {dtype_name(x.dtype)}, "
-            f"got {dtype_name(other.dtype)}"
-        ),
-    )
-    torch._check(
-        other.shape == x.shape,
-        lambda: (
-            f"{op}: {name} must have {x_name}'s shape {_shape_name(x)}, got {_shape_name(other)}"
-        ),
-    )
-
-
-def check_param(
-    op: str, name: str, p: torch.Tensor | None, x_name: str, x: torch.Tensor, dim: int
-) -> None:
-    """An optional per-column parameter (weight, bias) of x (called ``x_name``): floating, and
-    float64 only with float64 x (it would be rounded to the dtype parameters run in), shape
-    ``(x.size(dim),)``, on x's device. ``dim`` is the wrapped dim."""
-    if p is None:
-        return
-    check_floating(op, name, p)
-    torch._check(
-        p.dtype != torch.float64 or x.dtype == torch.float64,
-        lambda: (
-            f"{op}: {name} must be float32, float16 or bfloat16 for a {dtype_name(x.dtype)} "
-            f"{x_name} (float64 needs a float64 {x_name}), got float64"
-        ),
-    )
-    torch._check(
-        p.dim() == 1 and p.shape[0] == x.shape[dim],
-        lambda: (
-            f"{op}: {name} must have shape ({x.shape[dim]},) (the size of {x_name} along dim "
-            f"{dim}), got {_shape_name(p)}"
-        ),
-    )
-    torch._check(
-        p.device == x.device,
-        lambda: (
-            f"{op}: {name} must be on {x_name}'s device ({_device_name(x.device)}), "
-            f"got {_device_name(p.device)}"
-        ),
-    )
-
-
-# rms_norm / add_rms_norm's casting modes: how the normalized value ŷ meets the weight.
-CASTING_MODES = ("once", "llama")
-
-
-def check_weight_offset(op: str, weight: torch.Tensor | None, weight_offset: float) -> None:
-    torch._check(
-        weight is not None or weight_offset == 0,
-        lambda: (
-            f"{op}: weight_offset needs a weight, got weight=None and "
-            f"weight_offset={weight_offset:g}"
-        ),
-    )
-
-
-def check_casting_mode(op: str, casting_mode: str) -> None:
-    torch._check(
-        casting_mode in CASTING_MODES,
-        lambda: f"{op}: casting_mode must be 'once' or 'llama', got '{casting_mode}'",
-    )
-
-
-def resolve_eps(x: torch.Tensor, eps: float | None) -> float:
-    """``eps=None`` of rms_norm / add_rms_norm: the epsilon of the accumulation type.
-
-    That is what F.rms_norm computes: ``torch.finfo(torch.float32).eps`` for float32 and 16-bit
-    x (torch's docs say ``finfo(x.dtype)``, its kernels use the float32 one), and
-    ``torch.finfo(torch.float64).eps`` for float64.
-    """
-    if eps is not None:
-        return eps
-    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+from rownorm._checks import (
+    FLOATING,
+    check_casting_mode,
+    check_eps,
+    check_like,
+    check_param,
+    check_rowwise_input,
+    check_weight_offset,
+    dtype_name,
+    resolve_eps,
+)
 
 
 def _new_like(x: torch.Tensor) -> torch.Tensor:
@@ -250,7 +114,7 @@ def _unsupported(t: torch.Tensor) -> str | None:
     if t.is_nested:
         return "must be a dense (strided) tensor, got a nested tensor"
     if t.is_quantized:
-        return f"must be {_FLOATING}, got {dtype_name(t.dtype)}"
+        return f"must be {FLOATING}, got {dtype_name(t.dtype)}"
     return None
 
 

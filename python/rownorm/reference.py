@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 import torch
 
 from rownorm import functional as _public
-from rownorm.ops import resolve_eps as _resolve_eps  # F.rms_norm's default eps
+from rownorm._checks import resolve_eps as _resolve_eps  # F.rms_norm's default eps
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from rownorm.ops import resolve_eps
+from rownorm._checks import resolve_eps
 from rownorm.testing.samples import (
     DIM_CASES,
     LAYOUTS,
