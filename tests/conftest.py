@@ -37,6 +37,14 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("ROWNORM_HYPOTHESIS_PROFILE", "ci"))
 
+# pytest-xdist workers share the cores: each with torch's default pool (one thread per core)
+# oversubscribes them many times over, which made the GPU machine's fuzz net CPU-bound (its
+# examples run the CPU op, torch and the float64 reference beside the CUDA op).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    )
+
 # CPU always; CUDA where a GPU is present (skipped, not silently dropped, where it is not).
 DEVICES = [
     pytest.param("cpu", id="cpu"),

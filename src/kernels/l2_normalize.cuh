@@ -43,9 +43,15 @@ struct L2NormalizeBwdOp {
     const Acc norm = Sqrt(s[0]);
     const bool clamped = norm <= eps;  // false for a NaN norm: the row's dx is NaN
     const Acc inv = Acc(1) / (clamped ? eps : norm);
-    // Σ(dy⊙x)/n³, multiplied out one factor at a time so large norms do not overflow n³.
-    const Acc coef = clamped ? Acc(0) : s[1] * inv * inv * inv;
-    row.Store([inv, coef](const Acc* v, int64_t) { return v[1] * inv - v[0] * coef; });
+    // dx = dy/n − y·(Σ(dy⊙x)/n²) with y = x/n formed per element: each factor stays near its
+    // result's scale. (Σ(dy⊙x)/n³ as one coefficient fell into float32's subnormals for norms
+    // near 1e19, where the row is still in range, and lost its bits.) Clamped rows keep y out:
+    // dx = dy/eps, ±inf at eps = 0.
+    const Acc y_scale = clamped ? Acc(0) : inv;
+    const Acc coef = clamped ? Acc(0) : s[1] * inv * inv;
+    row.Store([inv, y_scale, coef](const Acc* v, int64_t) {
+      return v[1] * inv - (v[0] * y_scale) * coef;
+    });
   }
 };
 

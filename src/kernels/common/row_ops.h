@@ -38,7 +38,7 @@ class RowOps {
 
   template <typename Op, typename F>
   ROWNORM_HOST_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
-    return Self().AllReduce(ReduceLocal(op, f), op);
+    return Self().AllReduce(Self().ReduceLocal(op, f), op);  // a view may refine ReduceLocal
   }
 
   template <typename Op, typename F>
