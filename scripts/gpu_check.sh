@@ -8,7 +8,8 @@
 #                                        # first: nothing to do on a machine still warm):
 #   SKIP_FUZZ=1 SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # self-check, tests
 #   S="SKIP_SELFCHECK=1 SKIP_TESTS=1"
-#   env $S SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # fuzz net (~3 min)
+#   env $S SKIP_SANITIZER=1 SKIP_BENCH=1 bash scripts/gpu_check.sh   # fuzz net (~9 min on an
+#                                        # H100; ROWNORM_FUZZ_EXAMPLES=1000 twice: two calls)
 #   env $S SKIP_FUZZ=1 SKIP_BENCH=1 bash scripts/gpu_check.sh        # sanitizers (~1-2 min each)
 #   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 bash scripts/gpu_check.sh    # benchmark
 #   env $S SKIP_FUZZ=1 SKIP_SANITIZER=1 BENCH_ARGS="--quick" bash scripts/gpu_check.sh
@@ -34,8 +35,10 @@
 #                         pre-Hopper tier table)
 #   FUZZ_ARGS             extra pytest arguments of the fuzz net (e.g. "-x"); it runs the
 #                         property tests' CUDA examples with ROWNORM_HYPOTHESIS_PROFILE=gpu
-#                         (2,000 per test: 52,000 in the 26 fuzz shards), its count in the
-#                         step's detail
+#                         (ROWNORM_FUZZ_EXAMPLES per test, default 2,000: 52,000 in the 26
+#                         fuzz shards, ~9 minutes on an H100 at ~95 cases/s, past the step's
+#                         300 s: 500 per test fit, and runs add up), its count in the step's
+#                         detail
 #   SANITIZER_TOOLS       default "memcheck racecheck initcheck synccheck csan": compute-
 #                         sanitizer's tools over scripts/sanitize_workload.py, each at most 150 s
 #                         and failing on any error (--error-exitcode); csan: the tests marked
@@ -49,10 +52,10 @@
 #                         installed with --no-deps --no-index for the benchmark (default
 #                         .wheels; nothing can be downloaded on the GPU machine)
 #   SANITIZER_ARGS        extra compute-sanitizer options (e.g. "--kernel-name kns=l2")
-#   WORKLOAD_ARGS         arguments of sanitize_workload.py (e.g. "--dtypes fp32,bf16", or
-#                         "--shard 0/4": every 4th case; on the H100 racecheck covered 11 of the
-#                         94 cases in 45 s, so racecheck and initcheck take a call of their own
-#                         or a shard per call: SANITIZER_TOOLS=racecheck WORKLOAD_ARGS=...)
+#   WORKLOAD_ARGS         arguments of sanitize_workload.py (e.g. "--dtypes fp32,bf16")
+#   SANITIZER_SHARDS      processes racecheck and initcheck run at once, each on every N-th
+#                         case of the workload (default 6; racecheck's whole workload took
+#                         170 s on the H100 so, and about a minute for memcheck or synccheck)
 #   TOTAL_BUDGET          seconds for the whole script (default 540); every step is cut to fit
 #   PYTHON                default python3
 set -uo pipefail
@@ -203,7 +206,7 @@ write_summary() {
 COMMAND=""
 for v in SKIP_BUILD SKIP_SELFCHECK SKIP_TESTS SKIP_FUZZ SKIP_SANITIZER SKIP_BENCH REBUILD \
   TORCH_CUDA_ARCH_LIST PYTEST_ARGS FUZZ_ARGS BENCH_ARGS BENCH_BUDGET WHEELS SANITIZER_TOOLS \
-  SANITIZER_ARGS WORKLOAD_ARGS TOTAL_BUDGET; do
+  SANITIZER_ARGS SANITIZER_SHARDS WORKLOAD_ARGS ROWNORM_FUZZ_EXAMPLES TOTAL_BUDGET; do
   [[ -v $v ]] && COMMAND+="$v=$(printf %q "${!v}") "
 done
 COMMAND+="bash scripts/gpu_check.sh"
@@ -406,29 +409,53 @@ else
     fi
     log "sanitizer: $tool (limit ${limit}s)"
     echo "==== compute-sanitizer --tool $tool" >>"$SAN_LOG"
-    # racecheck, initcheck and synccheck look at rownorm's kernels only: PyTorch's own kernels
+    # racecheck and synccheck look at rownorm's kernels only: PyTorch's own kernels
     # (reductions, fills, casts) are not rownorm's to check, and its warp-synchronous reduce
-    # code reports shared-memory hazards under racecheck. memcheck checks every kernel.
+    # code reports shared-memory hazards under racecheck. memcheck and initcheck see every
+    # kernel: initcheck counts only the writes of the kernels it instruments, so with the
+    # filter every copy of a PyTorch kernel's result (a cast before a comparison) is reported
+    # as uninitialized (the H100 run of 2026-11-23: 30 such reports in each shard's first case).
     filter=()
-    [[ $tool != memcheck ]] && filter=(--kernel-name kns=rownorm)
+    [[ $tool == racecheck || $tool == synccheck ]] && filter=(--kernel-name kns=rownorm)
     # One cudaMalloc per tensor, so an access past a tensor's end is outside any allocation
-    # (memcheck) and bytes no one wrote are uninitialized (initcheck).
-    # shellcheck disable=SC2086
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$limit" "$SANITIZER" --tool "$tool" \
-      "${filter[@]}" --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} \
-      "$PY" scripts/sanitize_workload.py ${WORKLOAD_ARGS:-} >"$WORK/$tool.log" 2>&1
-    rc=$?
-    head -c 400000 "$WORK/$tool.log" >>"$SAN_LOG"
-    sum=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HAZARD SUMMARY' "$WORK/$tool.log" | tail -1 \
-      | sed -e 's/^=* *//')
-    res=$(grep -E 'sanitizer workload:' "$WORK/$tool.log" | tail -1)
-    res=${res#sanitizer workload: }
-    { echo "$tool: ${sum:-no summary line} (rc $rc); ${res:-workload did not finish}"; } \
-      >>"$WORK/sanitizer_summary.txt"
+    # (memcheck) and bytes no one wrote are uninitialized (initcheck). racecheck and initcheck
+    # run the workload in SANITIZER_SHARDS processes at once (--shard k/N): one process is
+    # bound by the tool's host side (racecheck: 11 of the 94 cases in 45 s on the H100; in six
+    # processes at once, the whole workload in 170 s).
+    shards=1
+    [[ $tool == racecheck || $tool == initcheck ]] && shards=${SANITIZER_SHARDS:-6}
+    pids=()
+    for ((k = 0; k < shards; k++)); do
+      shard_args=()
+      ((shards > 1)) && shard_args=(--shard "$k/$shards")
+      # shellcheck disable=SC2086
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 OMP_NUM_THREADS=1 timeout -k 10 "$limit" "$SANITIZER" \
+        --tool "$tool" "${filter[@]}" --print-limit 30 --error-exitcode 99 ${SANITIZER_ARGS:-} \
+        "$PY" scripts/sanitize_workload.py ${WORKLOAD_ARGS:-} "${shard_args[@]}" \
+        >"$WORK/$tool.$k.log" 2>&1 &
+      pids+=($!)
+    done
+    rc=0 sum="" res=""
+    for k in "${!pids[@]}"; do
+      wait "${pids[$k]}"
+      shard_rc=$?
+      # the worst status: errors found (99) over any other failure over success
+      if [[ $shard_rc == 99 || ($shard_rc != 0 && $rc != 99) ]]; then rc=$shard_rc; fi
+      head -c $((400000 / shards)) "$WORK/$tool.$k.log" >>"$SAN_LOG"
+      line=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|HAZARD SUMMARY' "$WORK/$tool.$k.log" \
+        | tail -1 | sed -e 's/^=* *//')
+      done_line=$(grep -E 'sanitizer workload:' "$WORK/$tool.$k.log" | tail -1)
+      done_line=${done_line#sanitizer workload: }
+      prefix=""
+      ((shards > 1)) && prefix="shard $k/$shards: "
+      sum+="${sum:+; }$prefix${line:-no summary line}"
+      res+="${res:+; }$prefix${done_line:-workload did not finish}"
+    done
+    { echo "$tool: $sum (rc $rc); $res"; } >>"$WORK/sanitizer_summary.txt"
     st=$(status_of "$rc")
     [[ $rc == 99 ]] && st="FAIL (errors found)"
     [[ $rc != 99 && $res == *WRONG* ]] && st="FAIL (wrong results)"
-    record "$tool" "$st" $((SECONDS - t0)) "${sum:-no summary line}; ${res:-workload did not finish}"
+    record "$tool" "$st" $((SECONDS - t0)) "$sum; $res"
     log "$tool: $st — $sum"
   done
 fi
