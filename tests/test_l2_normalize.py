@@ -332,6 +332,31 @@ def test_double_backward_matches_torch(device, dtype):
     assert_matches(gg, gg64.to(dtype), magnitude=scale.expand_as(gg64), dim=-1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_id)
+@pytest.mark.parametrize("scale", [1.0, 1e13, 1e18])
+def test_backward_op_gradients_at_large_norms(device, dtype, scale):
+    """The gradients of l2_normalize_backward (the double backward's pieces) on rows of norm up
+    to ~1e19, still in float32's range (Σx² < 3.4e38): against the same formula in float64.
+    Written with x·r³, r = 1/‖x‖, they lost the y-term where r³ underflows float32."""
+    x = randn((4, 7), dtype, device) * scale
+    g, u = randn(x.shape, dtype, device), randn(x.shape, dtype, device)
+
+    def grads(x, g, u):
+        x, g = x.clone().requires_grad_(True), g.clone().requires_grad_(True)
+        dx = torch.ops.rownorm.l2_normalize_backward(g, x, -1, 1e-12)
+        return torch.autograd.grad(dx, (x, g), u)
+
+    got = grads(x, g, u)
+    want = grads(x.double(), g.double(), u.double())
+    norm = _vector_norm(x, -1).unsqueeze(-1)
+    mag_x = u.double().abs().amax(-1, keepdim=True) * g.double().abs().amax(-1, keepdim=True)
+    for name, a, b, mag in (
+        ("dx", got[0], want[0], mag_x / norm**2),
+        ("dg", got[1], want[1], 1 / norm),
+    ):
+        assert_matches(a, b.to(dtype), magnitude=mag.expand_as(b), dim=-1, what=f"{name} {scale:g}")
+
+
 # ---------------------------------------------------------------------------------------------
 # The module
 

@@ -349,12 +349,15 @@ def _l2_normalize_backward_setup_context(ctx, inputs, output) -> None:
 def _l2_normalize_double_backward(ctx, u: torch.Tensor):
     """Gradient of ``dx = l2_normalize_backward(g, x)`` w.r.t. g and x, given ``u = ∂L/∂dx``.
 
-    With n = ‖x‖₂, r = 1/n, s = Σ g⊙x (unclamped rows; dx = g·r − x·s·r³):
-      ∂L/∂g = u·r − x·(Σ u⊙x)·r³                     (the same symmetric Jacobian)
-      ∂L/∂x = −x·(Σ u⊙g)·r³ − u·s·r³ − g·(Σ u⊙x)·r³ + 3·x·(Σ u⊙x)·s·r⁵
+    With n = ‖x‖₂, r = 1/n, y = x·r and, over the row, s = Σ g⊙y, a = Σ u⊙y, b = Σ u⊙g
+    (unclamped rows; dx = (g − y·s)·r):
+      ∂L/∂g = (u − y·a)·r                            (the same symmetric Jacobian)
+      ∂L/∂x = (3·y·a·s − y·b − u·s − g·a)·r²
     Clamped rows (n ≤ eps, dx = g/eps): ∂L/∂g = u/eps, ∂L/∂x = 0.
-    Written with differentiable torch ops (in float32 for 16-bit inputs), so higher orders
-    follow by autograd. Gradient penalties are rare; this path favours clarity over speed.
+    Every factor stays near its result's scale (y, not x with r³: r³ underflows float32 for
+    in-range norms near 1e13, as the backward kernel's coefficient did). Written with
+    differentiable torch ops (in float32 for 16-bit inputs), so higher orders follow by
+    autograd. Gradient penalties are rare; this path favours clarity over speed.
     """
     grad, x = ctx.saved_tensors
     dim, eps = ctx.dim, ctx.eps
@@ -363,15 +366,16 @@ def _l2_normalize_double_backward(ctx, u: torch.Tensor):
     n = torch.linalg.vector_norm(xx, ord=2, dim=dim, keepdim=True)
     clamped = n <= eps
     r = 1.0 / torch.where(clamped, torch.full_like(n, eps), n)
-    r3 = torch.where(clamped, torch.zeros_like(r), r * r * r)
-    s = (g * xx).sum(dim=dim, keepdim=True)
-    ux = (uu * xx).sum(dim=dim, keepdim=True)
-    ug = (uu * g).sum(dim=dim, keepdim=True)
+    y = xx * torch.where(clamped, torch.zeros_like(r), r)  # clamped rows: no term through y
+    s = (g * y).sum(dim=dim, keepdim=True)
+    a = (uu * y).sum(dim=dim, keepdim=True)
+    b = (uu * g).sum(dim=dim, keepdim=True)
     d_grad = d_x = None
     if ctx.needs_input_grad[0]:
-        d_grad = (uu * r - xx * ux * r3).to(grad.dtype)
+        d_grad = ((uu - y * a) * r).to(grad.dtype)
     if ctx.needs_input_grad[1]:
-        d_x = (-xx * ug * r3 - uu * s * r3 - g * ux * r3 + 3 * xx * ux * s * r3 * r * r).to(x.dtype)
+        d_x = torch.where(clamped, 0.0, (3 * y * a * s - y * b - uu * s - g * a) * r * r)
+        d_x = d_x.to(x.dtype)
     return d_grad, d_x, None, None
 
 
