@@ -285,6 +285,23 @@ else
   record self-check "$(status_of "$rc")" $((SECONDS - t0)) "${last:-no verdict line}"
 fi
 
+# A pytest run cut by its time limit (rc 124 or 137) ends before pytest prints its failures:
+# those the run wrote as they happened (ROWNORM_FAILURE_LOG, tests/conftest.py) go to
+# tests.log and, as FAILED lines, to the run's log (read for the summary's failure list).
+keep_live_failures() {  # rc run-log
+  [[ $1 == 124 || $1 == 137 ]] && [[ -s $WORK/failures_live.txt ]] || return 0
+  {  # (after a newline: the cut run's last line of progress dots has none)
+    echo
+    echo "==== the run was cut at its time limit; failures written before the cut:"
+    cat "$WORK/failures_live.txt"
+  } >>"$TESTS_LOG"
+  {
+    echo
+    sed -n -e 's/^===== FAILED \(.*\) ([a-z]*)$/FAILED \1 (before the cut)/p' \
+      "$WORK/failures_live.txt"
+  } >>"$2"
+}
+
 # ---- tests ---------------------------------------------------------------------------------
 if [[ ${SKIP_TESTS:-0} == 1 ]]; then
   record tests skipped 0 "SKIP_TESTS=1"
@@ -306,9 +323,12 @@ else
     ((left < 10)) && left=10
     log "tests: ${phase_env[*]} pytest tests ${extra[*]} $* (limit ${left}s)"
     echo "==== ${phase_env[*]} pytest tests ${extra[*]} $*" >>"$TESTS_LOG"
-    timeout -k 10 "$left" env "${phase_env[@]}" "$PY" -m pytest tests "${extra[@]}" "$@" 2>&1 \
+    : >"$WORK/failures_live.txt"
+    timeout -k 10 "$left" env "${phase_env[@]}" ROWNORM_FAILURE_LOG="$WORK/failures_live.txt" \
+      "$PY" -m pytest tests "${extra[@]}" "$@" 2>&1 \
       | tee "$WORK/pytest_phase.log" | tee -a "$TESTS_LOG" >>"$WORK/pytest.log"
     prc=${PIPESTATUS[0]}
+    keep_live_failures "$prc" "$WORK/pytest.log"
     ((prc != 0 && rc == 0)) && rc=$prc
     pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected)|no tests ran' \
       "$WORK/pytest_phase.log" | tail -1 | sed -e 's/^=* *//' -e 's/ *=*$//')
@@ -351,9 +371,12 @@ else
   fuzz+=(${FUZZ_ARGS:-})
   log "fuzz: ROWNORM_HYPOTHESIS_PROFILE=gpu pytest tests/test_properties.py ${fuzz[*]} (limit ${limit}s)"
   echo "==== ROWNORM_HYPOTHESIS_PROFILE=gpu pytest tests/test_properties.py ${fuzz[*]}" >>"$TESTS_LOG"
-  ROWNORM_HYPOTHESIS_PROFILE=gpu timeout -k 10 "$limit" "$PY" -m pytest tests/test_properties.py \
-    "${fuzz[@]}" 2>&1 | tee "$WORK/fuzz.log" | tail -40 >>"$TESTS_LOG"
+  : >"$WORK/failures_live.txt"
+  ROWNORM_HYPOTHESIS_PROFILE=gpu ROWNORM_FAILURE_LOG="$WORK/failures_live.txt" \
+    timeout -k 10 "$limit" "$PY" -m pytest tests/test_properties.py "${fuzz[@]}" 2>&1 \
+    | tee "$WORK/fuzz.log" | tail -40 >>"$TESTS_LOG"
   rc=${PIPESTATUS[0]}
+  keep_live_failures "$rc" "$WORK/fuzz.log"
   grep -E '^(FAILED|ERROR) ' "$WORK/fuzz.log" >>"$WORK/tests_fail.txt"
   count=$(grep -E '^rownorm fuzz:' "$WORK/fuzz.log" | tail -1)
   pline=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped)|no tests ran' "$WORK/fuzz.log" \

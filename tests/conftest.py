@@ -91,6 +91,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """``ROWNORM_FAILURE_LOG=PATH``: each failure appended to PATH as it happens, with its
+    traceback. pytest (and pytest-xdist's controller) print failures at the end of the run, so
+    a run cut by a time limit (scripts/gpu_check.sh) would lose them. Written by the process
+    that reports (the controller under pytest-xdist), once per failure."""
+    path = os.environ.get("ROWNORM_FAILURE_LOG")
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"===== FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
     return request.param

@@ -281,3 +281,25 @@ def test_setup_py_arch_list(monkeypatch, env, devices, expected):
     assert archs == (default if expected == "default" else expected), reason
     if devices and expected != "default" and env != "9.0":
         assert "this machine's GPUs only" in reason and devices[-1][0] in reason, reason
+
+
+def test_failure_log_written_as_failures_happen(tmp_path, monkeypatch):
+    """ROWNORM_FAILURE_LOG (tests/conftest.py): a failure is appended with its traceback when
+    it is reported; passes are not; pytest-xdist workers leave it to the controller."""
+    import conftest
+
+    log = tmp_path / "failures.txt"
+    monkeypatch.setenv("ROWNORM_FAILURE_LOG", str(log))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+    def report(outcome: str) -> pytest.TestReport:
+        longrepr = "AssertionError: planted" if outcome == "failed" else None
+        return pytest.TestReport("t.py::x", ("t.py", 1, "x"), {}, outcome, longrepr, "call")
+
+    conftest.pytest_runtest_logreport(report("passed"))
+    assert not log.exists()
+    conftest.pytest_runtest_logreport(report("failed"))
+    assert log.read_text() == "===== FAILED t.py::x (call)\nAssertionError: planted\n"
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    conftest.pytest_runtest_logreport(report("failed"))
+    assert log.read_text().count("FAILED") == 1
