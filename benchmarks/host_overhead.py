@@ -4,8 +4,12 @@
 
 Times back-to-back calls (one synchronize at the end, best of 5 loops) through each layer of
 the call: rownorm.rms_norm (the Python API), torch.ops.rownorm.rms_norm (the dispatcher, with
-the autograd layer) and .default under no_grad (no autograd work), with and without
-requires_grad, beside F.rms_norm for the same call. Then the PyTorch profiler over a few
+the autograd layer) and .default under no_grad (its autograd kernel still runs, and finds
+nothing to record), with and without
+requires_grad, beside F.rms_norm for the same call; the op sent straight to its CUDA kernel
+(past the Python autograd kernel that every call through the dispatcher's Autograd key runs),
+torch's own rms_norm called through ``torch.ops`` the same way, and both under
+``torch.inference_mode()`` (which skips the Autograd key). Then the PyTorch profiler over a few
 hundred calls of the dispatcher path: the CPU time of each op and CUDA runtime call below it
 (allocation, device and stream queries, the launch), which is what the C++ path costs.
 """
@@ -55,12 +59,33 @@ def main() -> None:
         with torch.no_grad():
             return op(x, w, -1, EPS)
 
+    # The op's kernel for x's device alone: the dispatcher sent straight to it, past the
+    # Python autograd kernel every call through the Autograd key runs.
+    below_autograd = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+
+    def inference(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            with torch.inference_mode():
+                return fn()
+
+        return run
+
     cases = [
         ("F.rms_norm", lambda: F.rms_norm(x, SHAPE[-1:], w, EPS)),
         ("rownorm.rms_norm", lambda: rownorm.rms_norm(x, w, eps=EPS)),
         ("torch.ops.rownorm.rms_norm", lambda: torch.ops.rownorm.rms_norm(x, w, -1, EPS)),
         ("torch.ops.rownorm.rms_norm.default", lambda: op(x, w, -1, EPS)),
         (".default under no_grad (incl. the context manager)", no_grad_op),
+        (
+            ".default sent to the CUDA kernel (op.redispatch: no autograd kernel)",
+            lambda: op.redispatch(below_autograd, x, w, -1, EPS),
+        ),
+        (
+            "torch.ops.aten.rms_norm.default (torch's op through torch.ops)",
+            lambda: torch.ops.aten.rms_norm.default(x, list(SHAPE[-1:]), w, EPS),
+        ),
+        ("inference_mode: F.rms_norm", inference(lambda: F.rms_norm(x, SHAPE[-1:], w, EPS))),
+        ("inference_mode: rownorm.rms_norm", inference(lambda: rownorm.rms_norm(x, w, eps=EPS))),
         ("F.rms_norm, requires_grad", lambda: F.rms_norm(xg, SHAPE[-1:], wg, EPS)),
         ("rownorm.rms_norm, requires_grad", lambda: rownorm.rms_norm(xg, wg, eps=EPS)),
         ("torch.empty_like(x) (allocation alone)", lambda: torch.empty_like(x)),
