@@ -110,10 +110,13 @@ class StridedRow
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
     return StridedAllReduce(acc, op, storage_, parity_);
   }
-  // A streamed row gives each thread d / kTy elements (512 of a row of 4097): they are summed in
-  // blocks of kBlock, each block's partial folded into the total, so that rounding grows with
-  // kBlock + d / (kTy * kBlock) terms rather than d / kTy (one serial chain put an fp32 l1 row of
-  // 4097 equal values 2.7e-6 off). Cached rows hold at most kCache elements per thread.
+  // A streamed row gives each thread d / kTy elements (512 of a row of 4097, 32768 of one of
+  // 262145): they are summed in two levels of blocks, 16 elements, then 16 such blocks, each
+  // folded into the next level, so that rounding grows with 16 + 16 + d / (256 kTy) terms
+  // rather than d / kTy (one serial chain put an fp32 l1 column of 4097 equal values 2.7e-6
+  // off; the float32 emulation in NOTES.md §13 keeps columns to 65537 under 1e-6). One loop
+  // with two counters: as nested loops the extra bounds made ptxas spill. Cached rows hold at
+  // most kCache elements per thread.
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
     if constexpr (kCache > 0) {
@@ -122,20 +125,27 @@ class StridedRow
       using V = ReduceValue<F, Acc>;
       constexpr int kBlock = 16;
       V acc = Op::template Identity<V>();
+      V group = acc, block = acc;
       if (!at_.valid) return acc;
+      int in_block = 0, in_group = 0;
       Acc x[kIn];
-      for (int64_t start = threadIdx.y; start < at_.d; start += kBlock * kTy) {
-        V part = Op::template Identity<V>();
-        const int64_t end = start + kBlock * kTy < at_.d ? start + kBlock * kTy : at_.d;
 #pragma unroll 4
-        for (int64_t d = start; d < end; d += kTy) {
+      for (int64_t d = threadIdx.y; d < at_.d; d += kTy) {
 #pragma unroll
-          for (int k = 0; k < kIn; ++k) x[k] = ToAcc(at_.in[k][d * at_.inner]);
-          part = op(part, f(static_cast<const Acc*>(x), d));
+        for (int k = 0; k < kIn; ++k) x[k] = ToAcc(at_.in[k][d * at_.inner]);
+        block = op(block, f(static_cast<const Acc*>(x), d));
+        if (++in_block == kBlock) {
+          group = op(group, block);
+          block = Op::template Identity<V>();
+          in_block = 0;
+          if (++in_group == kBlock) {
+            acc = op(acc, group);
+            group = Op::template Identity<V>();
+            in_group = 0;
+          }
         }
-        acc = op(acc, part);
       }
-      return acc;
+      return op(acc, op(group, block));
     }
   }
   template <int J, typename F>
