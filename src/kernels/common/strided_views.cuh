@@ -110,43 +110,34 @@ class StridedRow
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
     return StridedAllReduce(acc, op, storage_, parity_);
   }
-  // A streamed row gives each thread d / kTy elements (512 of a row of 4097, 32768 of one of
-  // 262145): they are summed in two levels of blocks, 16 elements, then 16 such blocks, each
-  // folded into the next level, so that rounding grows with 16 + 16 + d / (256 kTy) terms
-  // rather than d / kTy (one serial chain put an fp32 l1 column of 4097 equal values 2.7e-6
-  // off; the float32 emulation in NOTES.md §13 keeps columns to 65537 under 1e-6). One loop
-  // with two counters: as nested loops the extra bounds made ptxas spill. Cached rows hold at
-  // most kCache elements per thread.
+  // A thread's elements are summed in two levels of blocks, 16 elements, then 16 such blocks,
+  // each folded into the next level, so that rounding grows with 16 + 16 + m / 256 terms for
+  // m elements rather than m. That matters for streamed rows (d / kTy elements a thread: 512 of
+  // a row of 4097, where one serial chain put an fp32 l1 column of equal values 2.7e-6 off;
+  // the float32 emulation in NOTES.md §13 keeps columns to 65537 under 1e-6); cached rows
+  // (at most kCache < 16 elements) sum as one chain, as RowOps' would. Counters rather than
+  // nested loops: the nested loops' bounds made ptxas spill.
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
-    if constexpr (kCache > 0) {
-      return RowOps<StridedRow, Acc>::ReduceLocal(op, f);
-    } else {
-      using V = ReduceValue<F, Acc>;
-      constexpr int kBlock = 16;
-      V acc = Op::template Identity<V>();
-      V group = acc, block = acc;
-      if (!at_.valid) return acc;
-      int in_block = 0, in_group = 0;
-      Acc x[kIn];
-#pragma unroll 4
-      for (int64_t d = threadIdx.y; d < at_.d; d += kTy) {
-#pragma unroll
-        for (int k = 0; k < kIn; ++k) x[k] = ToAcc(at_.in[k][d * at_.inner]);
-        block = op(block, f(static_cast<const Acc*>(x), d));
-        if (++in_block == kBlock) {
-          group = op(group, block);
-          block = Op::template Identity<V>();
-          in_block = 0;
-          if (++in_group == kBlock) {
-            acc = op(acc, group);
-            group = Op::template Identity<V>();
-            in_group = 0;
-          }
+    using V = ReduceValue<F, Acc>;
+    constexpr int kBlock = 16;
+    V acc = Op::template Identity<V>();
+    V group = acc, block = acc;
+    int in_block = 0, in_group = 0;
+    ForEachValue([&](const Acc* x, int64_t d) {
+      block = op(block, f(x, d));
+      if (++in_block == kBlock) {
+        group = op(group, block);
+        block = Op::template Identity<V>();
+        in_block = 0;
+        if (++in_group == kBlock) {
+          acc = op(acc, group);
+          group = Op::template Identity<V>();
+          in_group = 0;
         }
       }
-      return op(acc, op(group, block));
-    }
+    });
+    return op(acc, op(group, block));
   }
   template <int J, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {
