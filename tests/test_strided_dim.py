@@ -74,10 +74,10 @@ def test_long_constant_columns(device, op_id):
     """Long streamed columns of one value, float32: the sums must not drift. A thread of the
     streamed kernel sums d / 8 elements (512 at d = 4097); summed in one serial chain, l1's
     output of such a column was 2.7e-6 off against the 1e-6 relative tolerance (the CUDA fuzz
-    net, 2026-11-23); they are now summed in blocks (strided_views.cuh). On the CPU (float64
-    sums) this holds by construction."""
+    net, 2026-11-23); they are now summed in two levels of blocks (strided_views.cuh). On the
+    CPU (float64 sums) this holds by construction."""
     op = OPS[op_id]
-    for n in (4097,):  # longer columns: NOTES.md §13 (still above 1e-6 at 16385 by emulation)
+    for n in (4097, 16385, 65537):
         for layout in ("contiguous", "expanded"):
             x = torch.full((2, n, 3), 0.0119, dtype=torch.float32, device=device)
             if layout == "expanded":  # stride 0 along the reduced dim

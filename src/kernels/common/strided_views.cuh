@@ -110,33 +110,34 @@ class StridedRow
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
     return StridedAllReduce(acc, op, storage_, parity_);
   }
-  // A streamed row gives each thread d / kTy elements (512 of a row of 4097): they are summed in
-  // blocks of kBlock, each block's partial folded into the total, so that rounding grows with
-  // kBlock + d / (kTy * kBlock) terms rather than d / kTy (one serial chain put an fp32 l1 row of
-  // 4097 equal values 2.7e-6 off). Cached rows hold at most kCache elements per thread.
+  // A thread's elements are summed in two levels of blocks, 16 elements, then 16 such blocks,
+  // each folded into the next level, so that rounding grows with 16 + 16 + m / 256 terms for
+  // m elements rather than m. That matters for streamed rows (d / kTy elements a thread: 512 of
+  // a row of 4097, where one serial chain put an fp32 l1 column of equal values 2.7e-6 off;
+  // the float32 emulation in NOTES.md §13 keeps columns to 65537 under 1e-6); cached rows
+  // (at most kCache < 16 elements) sum as one chain, as RowOps' would. Counters rather than
+  // nested loops: the nested loops' bounds made ptxas spill.
   template <typename Op, typename F>
   ROWNORM_DEVICE ReduceValue<F, Acc> ReduceLocal(Op op, F f) const {
-    if constexpr (kCache > 0) {
-      return RowOps<StridedRow, Acc>::ReduceLocal(op, f);
-    } else {
-      using V = ReduceValue<F, Acc>;
-      constexpr int kBlock = 16;
-      V acc = Op::template Identity<V>();
-      if (!at_.valid) return acc;
-      Acc x[kIn];
-      for (int64_t start = threadIdx.y; start < at_.d; start += kBlock * kTy) {
-        V part = Op::template Identity<V>();
-        const int64_t end = start + kBlock * kTy < at_.d ? start + kBlock * kTy : at_.d;
-#pragma unroll 4
-        for (int64_t d = start; d < end; d += kTy) {
-#pragma unroll
-          for (int k = 0; k < kIn; ++k) x[k] = ToAcc(at_.in[k][d * at_.inner]);
-          part = op(part, f(static_cast<const Acc*>(x), d));
+    using V = ReduceValue<F, Acc>;
+    constexpr int kBlock = 16;
+    V acc = Op::template Identity<V>();
+    V group = acc, block = acc;
+    int in_block = 0, in_group = 0;
+    ForEachValue([&](const Acc* x, int64_t d) {
+      block = op(block, f(x, d));
+      if (++in_block == kBlock) {
+        group = op(group, block);
+        block = Op::template Identity<V>();
+        in_block = 0;
+        if (++in_group == kBlock) {
+          acc = op(acc, group);
+          group = Op::template Identity<V>();
+          in_group = 0;
         }
-        acc = op(acc, part);
       }
-      return acc;
-    }
+    });
+    return op(acc, op(group, block));
   }
   template <int J, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {
