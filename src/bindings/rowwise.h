@@ -285,15 +285,18 @@ std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Pro
   CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
   if (!plan.has_value()) return std::nullopt;
   LogPlan(name, a.rows, a.n, [&] { return Describe(*plan); });
-  Tensor partial = torch::stable::new_empty(dx, {OpTraits<Op>::kColumnSums * plan->chunks * p.d},
-                                            ScalarType::Float);
+  // The chunk partials, then the finalize's scratch.
+  const int64_t sums = OpTraits<Op>::kColumnSums * plan->chunks * p.d;
+  Tensor partial = torch::stable::new_empty(
+      dx, {sums + ParamGradFinalizeScratch(plan->chunks, p.d)}, ScalarType::Float);
   Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, ScalarType::Float);
   Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, ScalarType::Float);
   const cudaStream_t stream = CurrentCudaStream(dx);
   CheckLaunch(name, LaunchRowsWithSums(a, op, *plan, MutPtr<float>(partial), stream));
   CheckLaunch(name, ParamGradFinalize<float>(ConstPtr<float>(partial), plan->chunks, p.d,
                                              want_w ? MutPtr<float>(dw) : nullptr,
-                                             want_b ? MutPtr<float>(db) : nullptr, stream));
+                                             want_b ? MutPtr<float>(db) : nullptr,
+                                             MutPtr<float>(partial) + sums, stream));
   return std::array<Tensor, 2>{dw, db};
 }
 
@@ -331,8 +334,8 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
         ParallelRows(p.d, p.outer * p.inner,
                      [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
       } else if constexpr (std::is_same_v<Acc, AccType<T>>) {
-        const int64_t chunks = ParamGradChunks(p.outer * p.inner);
-        Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, 2 * chunks * p.d)}, acc);
+        const int64_t scratch = ParamGradScratch(p.outer * p.inner, p.d);
+        Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, scratch)}, acc);
         CheckLaunch(name, ParamGrad<T, Acc>(a, static_cast<Acc*>(partial.data_ptr()),
                                             CurrentCudaStream(x)));
       } else {

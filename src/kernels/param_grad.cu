@@ -1,4 +1,4 @@
-// Parameter-gradient kernels (see param_grad.h): chunk partials, then an in-order finalize.
+// Parameter-gradient kernels (see param_grad.h): chunk partials, then the finalize's tree.
 #include "kernels/common/dispatch.cuh"
 #include "kernels/common/instantiate.cuh"
 #include "kernels/param_grad.h"
@@ -98,34 +98,43 @@ __global__ void __launch_bounds__(kTx* kTy)
   }
 }
 
-// dweight / dbias from the chunk partials: CTA column tile of kTx columns, kTy slices each
-// summing every kTy-th chunk in order, then the slices added in order (deterministic; kTy x
-// more threads than one thread per column, which matters with thousands of chunks).
+// One level of the finalize's tree, for each requested sum z (blockIdx.z): out[z][s][d] =
+// Σ in[z][r][d] over the rows r of block s, [s·kFinalizeFan, (s+1)·kFinalizeFan) ∩ [0, rows),
+// added in order. A thread owns one column of one block: its loads are issued together, then
+// added in order, so the tree and the sums do not depend on the launch shape.
 template <typename Acc>
-__global__ void __launch_bounds__(kTx* kTy)
-    ParamGradFinalizeKernel(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
-                            Acc* dbias) {
-  __shared__ Acc sums[2][kTy][kTx];
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kTx + threadIdx.x;
-  Acc w = 0;
-  Acc b = 0;
-  if (d < n) {
-    for (int64_t c = threadIdx.y; c < chunks; c += kTy) {
-      if (dweight != nullptr) w += partial[c * n + d];
-      if (dbias != nullptr) b += partial[(chunks + c) * n + d];
-    }
-  }
-  sums[0][threadIdx.y][threadIdx.x] = w;
-  sums[1][threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y < 2 && d < n) {
-    Acc* out = threadIdx.y == 0 ? dweight : dbias;
-    if (out != nullptr) {
-      Acc s = sums[threadIdx.y][0][threadIdx.x];
+struct FinalizeLevel {
+  const Acc* in[2];  // [rows][n] per sum, nullptr for a sum not requested
+  Acc* out[2];       // [ceil(rows / kFinalizeFan)][n]
+  int64_t rows;
+  int64_t n;
+};
+
+constexpr int kFinalizeThreads = 256;
+
+template <typename Acc>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    ParamGradFinalizeKernel(const FinalizeLevel<Acc> t) {
+  const Acc* in = blockIdx.z == 0 ? t.in[0] : t.in[1];  // no dynamic index into the params
+  Acc* out = blockIdx.z == 0 ? t.out[0] : t.out[1];
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kFinalizeThreads + threadIdx.x;
+  if (in == nullptr || d >= t.n) return;
+  const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+  for (int64_t s = blockIdx.y; s < blocks; s += gridDim.y) {
+    const int64_t first = s * kFinalizeFan;
+    const int count = static_cast<int>(min(int64_t{kFinalizeFan}, t.rows - first));
+    const Acc* p = in + first * t.n + d;
+    // Every load unconditional (a short last block re-reads its last row), so that all are
+    // issued before the first add: a load under `k < count` was issued after the add before it.
+    Acc v[kFinalizeFan];
 #pragma unroll
-      for (int y = 1; y < kTy; ++y) s += sums[threadIdx.y][y][threadIdx.x];
-      out[d] = s;
+    for (int k = 0; k < kFinalizeFan; ++k) v[k] = p[min(k, count - 1) * t.n];
+    Acc sum = v[0];
+#pragma unroll
+    for (int k = 1; k < kFinalizeFan; ++k) {
+      if (k < count) sum += v[k];
     }
+    out[s * t.n + d] = sum;
   }
 }
 
@@ -162,21 +171,42 @@ cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  return ParamGradFinalize<Acc>(partial, chunks, a.d, a.dweight, a.dbias, stream);
+  return ParamGradFinalize<Acc>(partial, chunks, a.d, a.dweight, a.dbias,
+                                partial + 2 * chunks * a.d, stream);
 }
 
 template <typename Acc>
 cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
-                              Acc* dbias, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  ParamGradFinalizeKernel<Acc><<<GridFor((n + kTx - 1) / kTx), dim3(kTx, kTy), 0, stream>>>(
-      partial, chunks, n, dweight, dbias);
-  return cudaGetLastError();
+                              Acc* dbias, Acc* scratch, cudaStream_t stream) {
+  if (n == 0 || (dweight == nullptr && dbias == nullptr)) return cudaSuccess;
+  FinalizeLevel<Acc> t{{dweight != nullptr ? partial : nullptr,
+                        dbias != nullptr ? partial + chunks * n : nullptr},
+                       {},
+                       chunks,
+                       n};
+  for (;;) {
+    const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+    if (blocks == 1) {
+      t.out[0] = dweight;
+      t.out[1] = dbias;
+    } else {
+      t.out[0] = scratch;
+      t.out[1] = scratch + blocks * n;
+      scratch += 2 * blocks * n;
+    }
+    const dim3 grid(GridFor((n + kFinalizeThreads - 1) / kFinalizeThreads),
+                    GridFor(std::min<int64_t>(blocks, 65535)), 2);
+    ParamGradFinalizeKernel<Acc><<<grid, kFinalizeThreads, 0, stream>>>(t);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || blocks == 1) return err;
+    for (int z = 0; z < 2; ++z) t.in[z] = t.in[z] != nullptr ? t.out[z] : nullptr;
+    t.rows = blocks;
+  }
 }
 template cudaError_t ParamGradFinalize<float>(const float*, int64_t, int64_t, float*, float*,
-                                              cudaStream_t);
+                                              float*, cudaStream_t);
 template cudaError_t ParamGradFinalize<double>(const double*, int64_t, int64_t, double*, double*,
-                                               cudaStream_t);
+                                               double*, cudaStream_t);
 
 #define ROWNORM_INSTANTIATE(T)                                                                    \
   template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&, AccType<T>*, \

@@ -5,8 +5,8 @@
 // over the rows j of the problem, with (μ_j, r_j) saved per row by the backward kernel
 // (μ = 0 for RMSNorm). Operands are (outer, d, inner) with arbitrary element strides; row
 // j = o * inner + i. Deterministic and independent of the batch size: rows are summed in fixed
-// chunks of kParamGradChunkRows, in order, into float partials (Acc) that a second kernel adds
-// in chunk order; no atomics.
+// chunks of kParamGradChunkRows, in order, into float partials (Acc) that the finalize adds in
+// a fixed tree (ParamGradFinalize); no atomics.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,15 +37,40 @@ inline int64_t ParamGradChunks(int64_t rows) {
   return (rows + kParamGradChunkRows - 1) / kParamGradChunkRows;
 }
 
-// `partial` is scratch of 2 * ParamGradChunks(outer * inner) * d elements.
+// The finalize's tree: each level adds blocks of kFinalizeFan consecutive rows of partials in
+// order (a thread per column and block, all kFinalizeFan loads in flight), until one row is
+// left. A thread per column walking every chunk in turn was latency-bound: 38 µs for the
+// 32 MB of partials of a bf16 rms_norm backward at 2^27 elements on the H100, 7% of the step
+// (benchmarks/results/h100/NOTES.md §16).
+constexpr int kFinalizeFan = 64;
+
+// Elements of scratch the finalize needs for `chunks` partial rows of `n` columns: its inner
+// levels, two sums each (none when one level suffices).
+inline int64_t ParamGradFinalizeScratch(int64_t chunks, int64_t n) {
+  int64_t rows = 0;
+  for (int64_t r = (chunks + kFinalizeFan - 1) / kFinalizeFan; r > 1;
+       r = (r + kFinalizeFan - 1) / kFinalizeFan) {
+    rows += r;
+  }
+  return 2 * rows * n;
+}
+
+// Elements of the `partial` scratch of ParamGrad: the chunk partials and the finalize's levels.
+inline int64_t ParamGradScratch(int64_t rows, int64_t d) {
+  const int64_t chunks = ParamGradChunks(rows);
+  return 2 * chunks * d + ParamGradFinalizeScratch(chunks, d);
+}
+
 template <typename T, typename Acc>
 cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& args, Acc* partial, cudaStream_t stream);
 
-// dweight[d] = Σ_c partial[c][d], dbias[d] = Σ_c partial[chunks + c][d] (c in order; either
-// output may be nullptr): the last step of ParamGrad and of the fused column-sum path.
+// dweight[d] = Σ_c partial[c][d], dbias[d] = Σ_c partial[chunks + c][d], the chunks c added in
+// the finalize's fixed tree (either output may be nullptr; `scratch` holds
+// ParamGradFinalizeScratch(chunks, n) elements): the last step of ParamGrad and of the fused
+// column-sum path.
 template <typename Acc>
 cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
-                              Acc* dbias, cudaStream_t stream);
+                              Acc* dbias, Acc* scratch, cudaStream_t stream);
 
 // The CPU version: columns [begin, end) of dweight / dbias, rows summed in order in double.
 template <typename T, typename Acc>
