@@ -300,20 +300,38 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
   static constexpr bool kPackedParams = true;
 
-  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid)
-      : Base(team, args, row, valid) {
+  // What a cached row holds: its loads, issued apart from the view by Load so that a kernel
+  // can have the next row's in flight while it reduces this one (CtaRowSumsKernel).
+  struct Loaded {
+    Pack<TIn, kVec> packs[kVecs][kIn];
+    TIn head[kIn];
+    TIn tail[kIn];
+  };
+
+  ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
+    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, valid), args.n);
+    const Ownership<Team, kVec> own(team, geo, valid);
+    Loaded l;
 #pragma unroll
     for (int i = 0; i < kIn; ++i) {
       const TIn* p = Base::In(args, i, row, valid);
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
-        const int64_t v = own_.first_vec + k * Team::kThreads;
-        if (v < own_.vec_end) packs_[k][i].Load(p + geo_.head + v * kVec);
+        const int64_t v = own.first_vec + k * Team::kThreads;
+        if (v < own.vec_end) l.packs[k][i].Load(p + geo.head + v * kVec);
       }
-      if (own_.head_col >= 0) head_[i] = p[own_.head_col];
-      if (own_.tail_col >= 0) tail_[i] = p[own_.tail_col];
+      if (own.head_col >= 0) l.head[i] = p[own.head_col];
+      if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
     }
+    return l;
   }
+
+  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid)
+      : CachedRow(team, args, row, valid, Load(team, args, row, valid)) {}
+
+  // The view of row `row` whose loads `l` are (Load of the same row).
+  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid, const Loaded& l)
+      : Base(team, args, row, valid), data_(l) {}
 
   // sums[k][col] += f(x, col)[k] over this row when the kernel accumulates column sums
   // (CtaRowSumsKernel, GroupRowSumsKernel); a no-op otherwise. The path requires
@@ -340,19 +358,17 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const int64_t v = own_.first_vec + k * Team::kThreads;
-      if (v < own_.vec_end) g(k, packs_[k], geo_.head + v * kVec);
+      if (v < own_.vec_end) g(k, data_.packs[k], geo_.head + v * kVec);
     }
   }
   template <bool kTail>
   ROWNORM_DEVICE void LoadScalar(int64_t, Acc (&x)[kIn]) const {
 #pragma unroll
-    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(kTail ? tail_[i] : head_[i]);
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(kTail ? data_.tail[i] : data_.head[i]);
   }
 
  private:
-  Pack<TIn, kVec> packs_[kVecs][kIn];
-  TIn head_[kIn];
-  TIn tail_[kIn];
+  Loaded data_;
 };
 
 // The row left in global memory: every Reduce and Store streams it again. Used where no

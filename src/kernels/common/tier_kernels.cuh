@@ -90,11 +90,23 @@ ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int 
   }
 }
 
-// CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows>
-__global__ void __launch_bounds__(kThreads)
+// CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows). With
+// kPipelined the next row's loads are issued before the current row is reduced and stored
+// (two rows in flight per CTA, at the cost of a second cached row's registers): one CTA ran
+// its rows one load-reduce-store round after another, latency-bound at 77% of the DRAM
+// bandwidth with 4 CTAs per SM (benchmarks/results/h100/NOTES.md §16). Left alone, ptxas gave
+// the pipelined kernel 116 registers (2 CTAs of 256 per SM, no more rows in flight than
+// before); the launch bound keeps 768 threads per SM (80 registers), 512 (128 registers) with
+// three inputs or two sums (add_rms_norm, layer_norm: 80 registers spilled 64-144 bytes).
+template <class Op, class Args>
+constexpr int PipelinedSumThreads() {
+  return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
+}
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined>
+__global__ void __launch_bounds__(kThreads, kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
@@ -102,9 +114,20 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t chunks = (args.rows + kRows - 1) / kRows;
   const int64_t c = blockIdx.x;
   const int64_t end = min(args.rows, (c + 1) * kRows);
-  for (int64_t row = c * kRows; row < end; ++row) {
-    CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
-    op(r, &sums);
+  if constexpr (kPipelined) {
+    typename Row::Loaded loaded = Row::Load(team, args, c * kRows, true);
+#pragma unroll 1
+    for (int64_t row = c * kRows; row < end; ++row) {
+      const typename Row::Loaded next = Row::Load(team, args, row + 1, row + 1 < end);
+      Row r(team, args, row, true, loaded);
+      op(r, &sums);
+      loaded = next;
+    }
+  } else {
+    for (int64_t row = c * kRows; row < end; ++row) {
+      Row r(team, args, row, true);
+      op(r, &sums);
+    }
   }
   WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
                                                          partial);
