@@ -247,12 +247,23 @@ def test_explain_param_grads(op, dtype):
             torch.randn(40, m, dtype=dtype, device="cuda"), op, backward=True, param_grads=True
         )
         row = table(m, elem, clusters, wide)
-        # The fused path where the table gives a 4-pack CTA (one sum) or a 4-pack group of 16+.
-        fused = row.get("packs") == "4" and (
-            (row["tier"] == "cta" and sums == 1)
-            or (row["tier"] == "group" and int(row["lanes_per_row"]) >= 16)
+        # The fused path (plan.h, PlanFusedSums): rows the table gives a 4-pack CTA or a warp
+        # x 8 packs, up to 256 threads x 2 packs, run as a 2-pack CTA (two sums: up to 128
+        # threads, or fp32); longer 4-pack CTA rows with one sum; 4-pack groups of 16+ lanes.
+        vec = 16 // elem
+        cta4 = row["tier"] == "cta" and row.get("packs") == "4"
+        warp8 = row["tier"] == "group" and row.get("packs") == "8"
+        two_pack = (
+            (cta4 or warp8)
+            and m <= 256 * 2 * vec
+            and (sums == 1 or m <= 128 * 2 * vec or elem == 4)
         )
+        group4 = row["tier"] == "group" and row.get("packs") == "4"
+        fused = two_pack or (cta4 and sums == 1) or (group4 and int(row["lanes_per_row"]) >= 16)
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
+        if two_pack:
+            threads = 128 if m <= 128 * 2 * vec else 256
+            assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
         if fused:
             assert plan.chunks >= 1
         else:

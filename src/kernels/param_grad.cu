@@ -179,11 +179,11 @@ template <typename Acc>
 cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
                               Acc* dbias, Acc* scratch, cudaStream_t stream) {
   if (n == 0 || (dweight == nullptr && dbias == nullptr)) return cudaSuccess;
-  FinalizeLevel<Acc> t{{dweight != nullptr ? partial : nullptr,
-                        dbias != nullptr ? partial + chunks * n : nullptr},
-                       {},
-                       chunks,
-                       n};
+  FinalizeLevel<Acc> t{
+      {dweight != nullptr ? partial : nullptr, dbias != nullptr ? partial + chunks * n : nullptr},
+      {},
+      chunks,
+      n};
   for (;;) {
     const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
     if (blocks == 1) {

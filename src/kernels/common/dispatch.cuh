@@ -291,22 +291,10 @@ template <class Op, class Args, int kThreads, int kVecs>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                              cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
-  // EXPERIMENT (session 4 A/B, to be removed): ROWNORM_EXPERIMENT_PIPELINE=0 runs the
-  // unpipelined kernel.
-  static const bool pipelined = [] {
-    const char* v = std::getenv("ROWNORM_EXPERIMENT_PIPELINE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  const unsigned grid = GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows);
-  if constexpr (kVecs == kFusedSumVecs) {
-    if (pipelined) {
-      CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kFusedChunkRows, true>
-          <<<grid, kThreads, 0, stream>>>(a, op, partial);
-      return cudaGetLastError();
-    }
-  }
-  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kFusedChunkRows, false>
-      <<<grid, kThreads, 0, stream>>>(a, op, partial);
+  // Two packs per thread: the pipelined kernel (tier_kernels.cuh); four: one row at a time.
+  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kFusedChunkRows, kVecs == kFusedSumVecs>
+      <<<GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows), kThreads, 0, stream>>>(a, op,
+                                                                                           partial);
   return cudaGetLastError();
 }
 
@@ -323,6 +311,7 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
         case 16: return LaunchGroupRowSums<Op, Args, 16>(a, op, partial, stream);
         case kWarpSize: return LaunchGroupRowSums<Op, Args, kWarpSize>(a, op, partial, stream);
       }
+      return cudaErrorInvalidConfiguration;
     }
     if (k.packs == kFusedSumVecs && k.threads == 128) {
       return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream);

@@ -154,9 +154,10 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 }
 
 // ---------------------------------------------------------------------------------------
-// Fused parameter gradients (ops with column sums): rows that the table puts on the CTA tier
-// or the 4-pack group tier, that start 16-byte aligned and whose n is a multiple of the pack
-// width run CtaRowSumsKernel / GroupRowSumsKernel, which write per-chunk partials of the sums.
+// Fused parameter gradients (ops with column sums): rows that the table puts on the CTA tier,
+// a warp x 8 packs or the 4-pack group tier, that start 16-byte aligned and whose n is a
+// multiple of the pack width run CtaRowSumsKernel / GroupRowSumsKernel, which write per-chunk
+// partials of the sums.
 // Elsewhere the backward saves per-row statistics for kernels/param_grad.h (a second read of x
 // and dy).
 //
@@ -184,32 +185,21 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide);
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
-  // NOTES.md §5, §16): one column sum (RMSNorm) on the 4-pack CTA tier and on groups of 16+
-  // lanes; two sums (LayerNorm) on groups of 16+ lanes only.
-  // EXPERIMENT (session 4 A/B, to be removed): ROWNORM_EXPERIMENT_WIDE=0 leaves the rows of a
-  // warp x 8 packs to the two-pass path; ROWNORM_EXPERIMENT_LN=0 keeps two sums off the CTA
-  // tier.
-  static const bool exp_wide = [] {
-    const char* v = std::getenv("ROWNORM_EXPERIMENT_WIDE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  static const bool exp_ln = [] {
-    const char* v = std::getenv("ROWNORM_EXPERIMENT_LN");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  // NOTES.md §5, §16). Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements)
+  // run with two packs per thread and two rows in flight per CTA (CtaRowSumsKernel's
+  // pipeline): at four, the column sums double the registers a cached pack costs and fewer
+  // CTAs fit an SM. The rows of a warp x 8 packs (2048 / 1024) are 128 threads x 2 packs here
+  // (the two-pass path took 1.28x as long for rms_norm). Two sums (LayerNorm) on the CTA tier
+  // for 128-thread rows and fp32 rows only: bf16 rows of 4096 took 1.07x the two-pass time.
   const bool cta = plan.tier == RowTier::kCta && plan.packs == kCtaVecs;
   const bool wide_group = plan.tier == RowTier::kGroup && plan.packs == kWideGroupVecs;
-  // Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements) run with two
-  // packs per thread, two rows in flight per CTA (CtaRowSumsKernel's pipeline): at four, the
-  // column sums double the registers a cached pack costs and fewer CTAs fit an SM. The rows
-  // of a warp x 8 packs are 128 threads x 2 packs.
-  if ((cta || (wide_group && exp_wide)) && n <= int64_t{256} * kFusedSumVecs * vec &&
-      (column_sums == 1 || exp_ln)) {
-    const int threads = n <= int64_t{128} * kFusedSumVecs * vec ? 128 : 256;
-    return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, threads, 0, kFusedSumVecs},
+  const bool short_cta = n <= int64_t{128} * kFusedSumVecs * vec;
+  if ((cta || wide_group) && n <= int64_t{256} * kFusedSumVecs * vec &&
+      (column_sums == 1 || short_cta || elem_size == 4)) {
+    return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, short_cta ? 128 : 256, 0, kFusedSumVecs},
                         (rows + kFusedChunkRows - 1) / kFusedChunkRows};
   }
-  // Longer rows were faster with four packs (256 or 512 threads; NOTES.md §5).
+  // Longer rows of one sum: four packs (256 or 512 threads; NOTES.md §5), one row at a time.
   if (cta && column_sums == 1) {
     FusedSumPlan f{plan, (rows + kFusedChunkRows - 1) / kFusedChunkRows};
     f.kernel.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;

@@ -8,7 +8,8 @@
 //                       a 256 KB fp32 row is read from HBM exactly once.
 //   StreamingRowKernel  one CTA per row, nothing cached: every Reduce/Store re-reads the row
 //                       (from L2 when it fits). Any length, any arch, any vector width.
-//   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients).
+//   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients);
+//                       the CTA one keeps two rows in flight at two packs per thread.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
 //   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D.
 //
@@ -94,7 +95,8 @@ ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int 
 // kPipelined the next row's loads are issued before the current row is reduced and stored
 // (two rows in flight per CTA, at the cost of a second cached row's registers): one CTA ran
 // its rows one load-reduce-store round after another, latency-bound at 77% of the DRAM
-// bandwidth with 4 CTAs per SM (benchmarks/results/h100/NOTES.md §16). Left alone, ptxas gave
+// bandwidth with 4 CTAs per SM; pipelined, the bf16 rms_norm step at N = 4096 took 0.91x the
+// time (benchmarks/results/h100/NOTES.md §16). Left alone, ptxas gave
 // the pipelined kernel 116 registers (2 CTAs of 256 per SM, no more rows in flight than
 // before); the launch bound keeps 768 threads per SM (80 registers), 512 (128 registers) with
 // three inputs or two sums (add_rms_norm, layer_norm: 80 registers spilled 64-144 bytes).
@@ -103,7 +105,8 @@ constexpr int PipelinedSumThreads() {
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined>
-__global__ void __launch_bounds__(kThreads, kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
+__global__ void __launch_bounds__(kThreads,
+                                  kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
