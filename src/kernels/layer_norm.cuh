@@ -11,8 +11,8 @@
 //             one extra load of x₀ is a cache hit.
 //   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
 //             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where plan.h's
-//             PlanFusedSums takes them: with two sums, groups of 16+ lanes only; else
-//             kernels/param_grad.h from the (μ, r) saved per row here)
+//             PlanFusedSums takes them: with two sums, groups of 16+ lanes and short CTA
+//             rows; else kernels/param_grad.h from the (μ, r) saved per row here)
 //
 // Both passes run over the row where the tier caches it (registers), so the row is read from
 // memory once; the streaming tier reads it once per pass. Two all-reduces per row: merging
