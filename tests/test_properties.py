@@ -228,15 +228,27 @@ def test_rows_are_independent(device):
 
 
 def _fuzz_case(op, inp, dim, desc, values) -> None:
-    """One CUDA example against the CPU op and torch on the same samples and the reference."""
+    """One CUDA example against the CPU op and torch on the same samples and the reference.
+
+    rownorm and torch run on the example's device; the rest (the CPU op, the float64
+    references, every comparison) on host copies of their results. On the GPU the comparisons'
+    small kernels and synchronizations, shared by every worker, bounded the net at ~75 cases/s
+    with 4 workers as with 15 (benchmarks/results/h100/NOTES.md §16); on the host they spread
+    over the workers."""
     x = inp["x"]
     outs, dys, grads = autograd_grads(op, inp, dim)
     if x.numel() == 0:
         assert all(o.shape == x.shape for o in outs), desc
         return
-    cpu = {k: v.cpu() for k, v in inp.items()}
-    c_outs, _, c_grads = autograd_grads(op, cpu, dim, tuple(d.cpu() for d in dys))
     t_outs, t_grads = torch_grads(op, inp, dim, dys)
+
+    def host(t):
+        return None if t is None else t.cpu()
+
+    inp = {k: host(v) for k, v in inp.items()}
+    outs, dys, t_outs = (tuple(host(t) for t in ts) for ts in (outs, dys, t_outs))
+    grads, t_grads = ({k: host(g) for k, g in gs.items()} for gs in (grads, t_grads))
+    c_outs, _, c_grads = autograd_grads(op, inp, dim, dys)
     loose = {k: dataclasses.replace(t, relerr=max(t.relerr, t.rtol), atol=2 * t.atol)
              for k, t in TOL.items()}  # fmt: skip
     refs = op.reference(inp, dim)
@@ -244,7 +256,7 @@ def _fuzz_case(op, inp, dim, desc, values) -> None:
     for i, (o, c, t) in enumerate(zip(outs, c_outs, t_outs, strict=True)):
         assert_same_specials(o, c, f"{desc} output {i} vs cpu")
         assert_same_specials(o, t, f"{desc} output {i} vs torch")
-        for other, name in ((c.to(o.device), "cpu"), (t, "torch")):
+        for other, name in ((c, "cpu"), (t, "torch")):
             assert_matches(o, other, magnitude=mags[i], dim=dim, tol=loose[o.dtype],
                            what=f"{desc} output {i} vs {name}")  # fmt: skip
     for k, g in grads.items():
@@ -261,7 +273,7 @@ def _fuzz_case(op, inp, dim, desc, values) -> None:
     check_grads(op, inp, dim, dys, compared, what=desc + " autograd")
     for k, g in compared.items():  # the CPU op's gradients are the reference's too
         mag = op.grad_magnitudes(dys, inp, dim)[k]
-        assert_matches(g, c_grads[k].to(g.device), magnitude=mag, dim=dim if k in ROW_INPUTS
+        assert_matches(g, c_grads[k], magnitude=mag, dim=dim if k in ROW_INPUTS
                        else None, what=f"{desc} d{k} vs cpu", tol=loose[g.dtype])  # fmt: skip
 
 
