@@ -139,6 +139,60 @@ def test_streams_match_serial(dtype):
     torch.cuda.synchronize()
 
 
+# (rows, n): the shapes above, and the fused parameter-sum kernels of 8-lane groups and of
+# 512 threads x 2 packs (add_rms_norm, 16-bit)
+TWO_DEVICE_SHAPES = (*SHAPES["cuda"], (300, 256), (40, 8192))
+
+
+@cuda_only
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_two_devices_at_once(dtype):
+    """The same problems on cuda:0 and cuda:1, forward and backward with every gradient.
+
+    Each device's results with that device current are the baseline. With the other device
+    current (tensors on a non-current device), and from two threads at once, one per device,
+    both with device 0 current (a new thread's default), every result equals its baseline bit
+    for bit and stays on its device: the kernels, their scratch and their streams follow the
+    tensors, not the current device. Two GPUs of one model give the same bits (the plan
+    depends on the device's properties, not on which device it is)."""
+    devices = [torch.device("cuda", d) for d in range(2)]
+    problems = [_problems(dev, dtype, TWO_DEVICE_SHAPES) for dev in devices]
+    baseline = []
+    for dev, probs in zip(devices, problems, strict=True):
+        with torch.cuda.device(dev):
+            baseline.append([_run(p) for p in probs])
+    for d, dev in enumerate(devices):
+        with torch.cuda.device(devices[1 - d]):
+            for p, want in zip(problems[d], baseline[d], strict=True):
+                op, inp, _ = p
+                got = _run(p)
+                assert all(t.device == dev for t in got), f"{op} on {dev}: result device"
+                _assert_identical(got, want, f"{op} {tuple(inp['x'].shape)} on {dev}, not current")
+    for dev in devices:
+        torch.cuda.synchronize(dev)
+    barrier = threading.Barrier(2)
+
+    def worker(d: int):
+        assert torch.cuda.current_device() == 0
+        barrier.wait()
+        got = [_run(p) for p in problems[d] * 3]
+        torch.cuda.synchronize(devices[d])
+        return got
+
+    with ThreadPoolExecutor(2) as pool:
+        per_device = list(pool.map(worker, range(2)))
+    for d, got in enumerate(per_device):
+        for i, g in enumerate(got):
+            op, inp, _ = problems[d][i % len(problems[d])]
+            want = baseline[d][i % len(problems[d])]
+            _assert_identical(g, want, f"{op} {tuple(inp['x'].shape)} on cuda:{d}, two threads")
+    if torch.cuda.get_device_name(0) == torch.cuda.get_device_name(1):
+        for (op, inp, _), a, b in zip(problems[0], *baseline, strict=True):
+            what = f"{op} {tuple(inp['x'].shape)}: cuda:1 vs cuda:0"
+            _assert_identical([t.cpu() for t in b], [t.cpu() for t in a], what)
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory
 

@@ -272,7 +272,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
-                        OpTraits<Op>::kColumnSums);
+                        OpTraits<Op>::kColumnSums, Args::kNumIn);
   return cudaSuccess;
 }
 
@@ -308,6 +308,7 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     const RowPlan& k = plan.kernel;
     if (k.tier == RowTier::kGroup) {
       switch (k.width) {
+        case 8: return LaunchGroupRowSums<Op, Args, 8>(a, op, partial, stream);
         case 16: return LaunchGroupRowSums<Op, Args, 16>(a, op, partial, stream);
         case kWarpSize: return LaunchGroupRowSums<Op, Args, kWarpSize>(a, op, partial, stream);
       }
@@ -318,6 +319,11 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     }
     if (k.packs == kFusedSumVecs && k.threads == 256) {
       return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
+    }
+    if constexpr (OpTraits<Op>::kColumnSums == 1 && Args::kNumIn == 3) {  // add_rms_norm
+      if (k.packs == kFusedSumVecs && k.threads == 512) {
+        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream);
+      }
     }
     if constexpr (OpTraits<Op>::kColumnSums == 1) {  // four packs only with one sum
       if (k.packs == kCtaVecs && k.threads == 256) {

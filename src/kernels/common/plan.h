@@ -174,11 +174,12 @@ struct FusedSumPlan {
 };
 
 // The fused plan of `rows` rows of n `elem_size`-byte elements of an op with `column_sums`
-// sums, or nothing where the fused path does not apply. `aligned`: every operand starts
-// 16-byte aligned and has a row stride that is a multiple of the pack width.
+// sums that reads `row_inputs` row operands, or nothing where the fused path does not apply.
+// `aligned`: every operand starts 16-byte aligned and has a row stride that is a multiple of
+// the pack width.
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool clusters, bool wide,
-                                                 int column_sums) {
+                                                 int column_sums, int row_inputs) {
   const int vec = PackWidth(elem_size);
   if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || n % vec != 0 || !aligned) {
     return std::nullopt;
@@ -199,13 +200,24 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, short_cta ? 128 : 256, 0, kFusedSumVecs},
                         (rows + kFusedChunkRows - 1) / kFusedChunkRows};
   }
+  // Rows of 512 threads x 2 packs (8192 16-bit / 4096 fp32) with three row inputs
+  // (add_rms_norm's dy, x + r and its gradient): one CTA of 512 with two rows in flight took
+  // 0.91x the time of 256 threads x 4 packs one row at a time; with two inputs (rms_norm) it
+  // took 1.06x (NOTES.md §18).
+  if (cta && column_sums == 1 && row_inputs == 3 && n <= int64_t{512} * kFusedSumVecs * vec) {
+    return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, 512, 0, kFusedSumVecs},
+                        (rows + kFusedChunkRows - 1) / kFusedChunkRows};
+  }
   // Longer rows of one sum: four packs (256 or 512 threads; NOTES.md §5), one row at a time.
   if (cta && column_sums == 1) {
     FusedSumPlan f{plan, (rows + kFusedChunkRows - 1) / kFusedChunkRows};
     f.kernel.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
     return f;
   }
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 16) {
+  // 4-pack groups of 8 lanes and more (256 16-bit / 128 fp32 elements and up): the fused
+  // step took 0.75-0.84x the two-pass one at 256 / 128 (NOTES.md §18). fp32 rows of up to 64
+  // (4-lane groups) stay two-pass: not measured.
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 8) {
     const int64_t groups = kGroupCtaThreads / plan.width;
     const int64_t per_cta = groups * kFusedGroupRows;
     return FusedSumPlan{plan, (rows + per_cta - 1) / per_cta * groups};
