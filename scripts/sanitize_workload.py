@@ -64,10 +64,13 @@ def cases(dtype: torch.dtype) -> list[Case]:
         rows = 5 if n <= 1024 else 3 if n <= 65536 else 2
         out.append(Case(f"rows n={n}", (rows, n), -1, "contiguous", i % 2 == 1))
     # Fused parameter-gradient sums over whole and partial chunks (16 rows per CTA on the CTA
-    # tier, 32 per group of lanes): aligned rows of the CTA and group tiers.
+    # tier, 32 per group of lanes): aligned rows of the CTA and group tiers, 512 threads x 2
+    # packs (add_rms_norm, 16-bit 8192), groups of 8 lanes (16-bit 256 / fp32 128).
     out += [
         Case("fused sums, CTA tier", (35, 4096), -1, "contiguous", False),
+        Case("fused sums, 512 x 2 packs", (35, 16384 // elem), -1, "contiguous", True),
         Case("fused sums, group tier", (70, 1024), -1, "contiguous", True),
+        Case("fused sums, 8-lane groups", (70, 2048 // elem), -1, "contiguous", False),
     ]
     # Layouts the row tiers read without a copy.
     for n in (1000, 4097):
