@@ -255,16 +255,18 @@ def squares_inside(op, inp, acc: torch.dtype) -> torch.Tensor:
 def lengths(device_type: str, dtype: torch.dtype, op) -> list[tuple[str, int]]:
     """(where, n): rows of n elements ("rows") or a strided dim of n ("dim"). CUDA: the group
     tier (odd, and 1024: aligned), the CTA tier (aligned and odd), the cluster tier (the
-    streaming tier where clusters are off: scripts/gpu_check.sh runs these tests so too),
-    fp64's one streaming kernel (odd and aligned) and the strided-dim kernels (registers,
-    streamed)."""
+    streaming tier where clusters are off: scripts/gpu_check.sh runs these tests so too), the
+    streaming tier past the clusters' end for every op (2^20 bytes + one element: a thread's
+    share of the row is 512 elements long), fp64's one streaming kernel (odd and aligned) and
+    the strided-dim kernels (registers, streamed)."""
     if device_type == "cpu":
         return [("rows", 1), ("rows", 33)]
     short = [("rows", 1), ("rows", 7), ("rows", 33)]
     if dtype == torch.float64:
         long = [("rows", 1023), ("rows", 4096)]
     else:  # (1024 and 4096 with fused parameter gradients where the op has them)
-        long = [("rows", 1024), ("rows", 4096), ("rows", 4097), ("rows", 65537)]
+        streamed = (1 << 20) // dtype.itemsize + 1
+        long = [("rows", 1024), ("rows", 4096), ("rows", 4097), ("rows", 65537), ("rows", streamed)]
     strided = [] if op.last_dim_only else [("dim", 33), ("dim", 100)]
     return short + long + strided
 
