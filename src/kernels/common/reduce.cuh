@@ -152,7 +152,12 @@ ROWNORM_DEVICE V ClusterAllReduce(V v, Op op, ClusterReduceStorage<kThreads>& st
   if (threadIdx.x == 0) *slot = v;
   cluster.sync();
   v = *cluster.map_shared_rank(slot, 0);
-#pragma unroll
+  // Four peers' partials in flight at a time (the same order, so the same bits): unrolled in
+  // full, the 16-CTA kernels held all 16 loads, LayerNorm's forward took 160 registers (one CTA
+  // per SM) and its backward 248, and bf16 rows of 262144 ran at 26% of copy on the H100; at
+  // four, 80 and 131 registers and 0.44x / 0.78x the time (benchmarks/results/h100/NOTES.md
+  // §18).
+#pragma unroll 4
   for (int c = 1; c < kCluster; ++c) v = op(v, *cluster.map_shared_rank(slot, c));
   cluster_parity ^= 1;
   return v;
