@@ -82,7 +82,12 @@ inline unsigned GridFor(int64_t units) {
 
 template <class Op, class Args, int kVecs, int kThreads, int kCluster>
 constexpr auto ClusterKernel() {
-  return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+  // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
+  if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
+    return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+  } else {
+    return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+  }
 }
 
 template <int kThreads, int kCluster>

@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(kCtaThreads)
       sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
 }
 
+// The rows of a cluster tier kernel (ClusterRowKernel, ClusterRowKernel2PerSm).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
-__global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
+__device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ ClusterReduceStorage<kThreads> storage;
   ClusterTeam<kThreads, kCluster> team{storage};
@@ -175,6 +176,24 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 #else
   __trap();
 #endif
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+}
+
+// Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
+// two column sums (layer_norm; dispatch.cuh's ClusterKernel picks it). Left alone ptxas gives
+// it 131-135 registers, one CTA per SM: its 8-CTA rows (bf16 131072) took 1.30x the time of
+// this kernel (H100, benchmarks/results/h100/NOTES.md §20). A second kernel, not a bound on
+// ClusterRowKernel: any minimum-blocks argument there, even 1, changed ptxas's registers for
+// every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm 1.13-1.20x slower,
+// NOTES §18).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads, 2)
+    ClusterRowKernel2PerSm(const Args args, const Op op) {
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
 template <class Op, class Args, int kVec, int kThreads>
