@@ -14,9 +14,16 @@ rownorm.bench's Timer: the median of at least --steps reps between CUDA events a
 peak memory is torch.cuda.max_memory_allocated over the training steps.
 
 Variants: `stock` (the model as transformers builds it), `rownorm` (rownorm.patch_model: every
-norm module swapped, parameters kept), `liger-norm` (Liger-Kernel's apply_liger_kernel_to_*
-with rms_norm=True and every other Liger kernel off: the same scope as rownorm's patch), where
-the liger_kernel package imports and supports the family.
+norm module swapped, parameters kept), `rownorm-fused` (patch_model(fuse_residual=True): also
+each layer's residual add and post_attention_layernorm as one add_rms_norm), `liger-norm`
+(Liger-Kernel's apply_liger_kernel_to_* with rms_norm=True and every other Liger kernel off: the
+same scope as rownorm's patch), where the liger_kernel package imports and supports the family,
+and `zero-norm`: every RMS norm module returns its input. Not a model anyone trains: it is the
+ceiling of what any norm kernel can give the step, the norms at zero cost (its speedup bounds
+every other variant's from above).
+
+`--profile` also runs one profiled training step of each case and writes, per case, the CUDA
+kernels that took the most time in it (torch.profiler), to PATH.md's `.profile.txt` beside it.
 """
 
 from __future__ import annotations
@@ -68,9 +75,14 @@ def build(family: str, layers: int):
 def apply_variant(model, family: str, variant: str) -> str:
     if variant == "stock":
         return ""
-    if variant == "rownorm":
-        summary = rownorm.patch_model(model)
-        return f"{len(summary.patched)} norms patched"
+    if variant in ("rownorm", "rownorm-fused"):
+        summary = rownorm.patch_model(model, fuse_residual=variant == "rownorm-fused")
+        return f"{len(summary.patched)} norms patched, {len(summary.fused)} layers fused"
+    if variant == "zero-norm":
+        norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+        for m in norms:
+            m.forward = _identity
+        return f"{len(norms)} norms return their input"
     if variant == "liger-norm":
         from liger_kernel.transformers import monkey_patch as lp
 
@@ -80,6 +92,10 @@ def apply_variant(model, family: str, variant: str) -> str:
         fn(rms_norm=True, model=model, **kwargs)
         return "liger rms_norm only"
     raise ValueError(variant)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 @dataclass
@@ -92,6 +108,7 @@ class Result:
     tokens_per_s: float
     peak_gib: float
     note: str
+    profile: str = ""
 
 
 def run_case(family, variant, compiled, args) -> Result:
@@ -121,6 +138,7 @@ def run_case(family, variant, compiled, args) -> Result:
     peak = torch.cuda.max_memory_allocated() / 2**30
     decode_ms, _ = timer(decode, min_reps=args.steps)
     tokens = args.batch * args.seq
+    profile = kernel_profile(train, args.profile_top) if args.profile else ""
     return Result(
         family,
         "compiled" if compiled else "eager",
@@ -130,19 +148,43 @@ def run_case(family, variant, compiled, args) -> Result:
         tokens / train_ms * 1e3,
         peak,
         note,
+        profile,
     )
+
+
+def kernel_profile(step, top: int) -> str:
+    """The `top` CUDA kernels by total time over two profiled training steps (warm), and the
+    sum of all, as a text table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    kernels.sort(key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in kernels) / 2
+    lines = [f"all kernels: {total / 1e3:.2f} ms per step, {len(kernels)} distinct"]
+    for e in kernels[:top]:
+        per_step = e.device_time_total / 2
+        share = 100 * per_step / total
+        lines.append(f"{per_step / 1e3:8.3f} ms {share:5.1f}%  x{e.count // 2:<4} {e.key[:110]}")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default="llama,qwen3,gemma")
     parser.add_argument("--compile", default="llama", help="families also run compiled")
-    parser.add_argument("--variants", default="stock,rownorm,liger-norm")
+    parser.add_argument("--variants", default="stock,rownorm,rownorm-fused,liger-norm,zero-norm")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10, help="timed steps at the least")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true", help="kernel profile of each case")
+    parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args()
 
     compiled_families = {f for f in args.compile.split(",") if f}
@@ -189,6 +231,12 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
+    if args.profile:
+        text = "\n\n".join(f"## {r.family} {r.mode} {r.variant}\n{r.profile}" for r in results)
+        print(text)
+        if args.out:
+            with open(args.out.removesuffix(".md") + ".profile.txt", "w") as f:
+                f.write(text + "\n")
 
 
 if __name__ == "__main__":
