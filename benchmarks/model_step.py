@@ -29,7 +29,9 @@ kernels that took the most time in it (torch.profiler), to PATH.md's `.profile.t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import sys
 from dataclasses import dataclass
 
 import rownorm
@@ -111,8 +113,36 @@ class Result:
     profile: str = ""
 
 
+@contextlib.contextmanager
+def modeling_restored():
+    """Puts back, on exit, every attribute of transformers' loaded `modeling_*` modules:
+    Liger's apply_liger_kernel_to_* replaces classes there (modeling_llama.LlamaRMSNorm =
+    LigerRMSNorm), which would make every later case's "stock" model Liger's."""
+    modules = [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("transformers.models.")
+        and name.rpartition(".")[2].startswith("modeling_")
+    ]
+    saved = [(m, dict(vars(m))) for m in modules]
+    try:
+        yield
+    finally:
+        for m, attrs in saved:
+            for name in set(vars(m)) - set(attrs):
+                delattr(m, name)
+            for name, value in attrs.items():
+                if vars(m).get(name) is not value:
+                    setattr(m, name, value)
+
+
 def run_case(family, variant, compiled, args) -> Result:
-    model = build(family, args.layers)
+    model = build(family, args.layers)  # loads the family's modeling module: restored below
+    with modeling_restored():
+        return _run_case(model, family, variant, compiled, args)
+
+
+def _run_case(model, family, variant, compiled, args) -> Result:
     note = apply_variant(model, family, variant)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
