@@ -14,8 +14,11 @@ rownorm.bench's Timer: the median of at least --steps reps between CUDA events a
 peak memory is torch.cuda.max_memory_allocated over the training steps.
 
 Variants: `stock` (the model as transformers builds it), `rownorm` (rownorm.patch_model: every
-norm module swapped, parameters kept), `rownorm-fused` (patch_model(fuse_residual=True): also
-each layer's residual add and post_attention_layernorm as one add_rms_norm), `liger-norm`
+norm module swapped, parameters kept; under torch.compile the norms' own forward, which
+Inductor fuses), `rownorm-fused` (patch_model(fuse_residual=True): also each layer's residual add
+and post_attention_layernorm as one add_rms_norm), `rownorm-op` (rownorm-fused with
+under_compile="rownorm": rownorm's ops in the compiled graph too; eager, the same as
+rownorm-fused), `liger-norm`
 (Liger-Kernel's apply_liger_kernel_to_* with rms_norm=True and every other Liger kernel off: the
 same scope as rownorm's patch), where the liger_kernel package imports and supports the family,
 and `zero-norm`: every RMS norm module returns its input. Not a model anyone trains: it is the
@@ -77,8 +80,12 @@ def build(family: str, layers: int):
 def apply_variant(model, family: str, variant: str) -> str:
     if variant == "stock":
         return ""
-    if variant in ("rownorm", "rownorm-fused"):
-        summary = rownorm.patch_model(model, fuse_residual=variant == "rownorm-fused")
+    if variant in ("rownorm", "rownorm-fused", "rownorm-op"):
+        summary = rownorm.patch_model(
+            model,
+            fuse_residual=variant != "rownorm",
+            under_compile="rownorm" if variant == "rownorm-op" else "inductor",
+        )
         return f"{len(summary.patched)} norms patched, {len(summary.fused)} layers fused"
     if variant == "zero-norm":
         norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]

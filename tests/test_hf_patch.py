@@ -287,15 +287,86 @@ def test_unsupported_inputs_run_the_original_forward(device):
     assert relerr(norm(xb), reference(xb)) < RELERR[torch.bfloat16][0]
 
 
-def test_compiled_patched_model(device):
-    """The patched model compiles with fullgraph=True (the norms are rownorm's custom ops)."""
+def _rownorm_calls(graphs) -> set[str]:
+    """The rownorm ops the captured FX graphs call (packet names: dynamo's graphs hold the
+    packet or the overload)."""
+    return {
+        str(n.target).removesuffix(".default")
+        for g in graphs
+        for n in g.graph.nodes
+        if n.op == "call_function" and str(n.target).startswith("rownorm.")
+    }
+
+
+def _compile_captured(model, ids) -> tuple[torch.Tensor, set[str]]:
+    """The model's logits through torch.compile(fullgraph=True) with a backend that keeps the
+    traced graph (and runs it as traced), and the rownorm ops that graph calls."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    logits = torch.compile(model, fullgraph=True, backend=capture)(ids).logits
+    return logits, _rownorm_calls(graphs)
+
+
+@pytest.mark.parametrize("fuse_residual", [False, True], ids=["norms", "fused"])
+@pytest.mark.parametrize("under_compile", ["inductor", "rownorm"])
+def test_compiled_patched_model(device, under_compile, fuse_residual):
+    """The patched model compiles with fullgraph=True (Inductor) and matches its eager self;
+    ``under_compile`` decides what the compiled graph calls: the norm classes' own forward, no
+    rownorm op ("inductor", the default), or rownorm's ops ("rownorm")."""
     model = make_model("qwen3", device)
-    rownorm.patch_model(model)
+    summary = rownorm.patch_model(model, fuse_residual=fuse_residual, under_compile=under_compile)
+    assert len(summary.fused) == (2 if fuse_residual else 0)
     ids = _ids(device)
     with torch.no_grad():
         eager = model(ids).logits
+        traced, calls = _compile_captured(model, ids)
+        torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True)(ids).logits
+    if under_compile == "rownorm":
+        ops = {"rownorm.rms_norm"}
+        assert calls == (ops | {"rownorm.add_rms_norm"} if fuse_residual else ops)
+    else:
+        assert calls == set()
+    assert relerr(traced, eager) <= RELERR[torch.float32][0]
     assert relerr(compiled, eager) <= RELERR[torch.float32][0]
+
+
+def test_under_compile_keeps_the_output_dtype():
+    """A float32 weight on bfloat16 x: the patched norm returns x's dtype where Hugging Face's
+    returns float32, so under compile rownorm's op runs even with under_compile="inductor"
+    (the output's dtype must not depend on compiling)."""
+    norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(64)
+    rownorm.patch_model(norm)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(norm, fullgraph=True, backend=capture)(x)
+        assert out.dtype == norm(x).dtype == torch.bfloat16
+    assert _rownorm_calls(graphs) == {"rownorm.rms_norm"}
+    norm.to(torch.bfloat16)  # now the weight has x's dtype: the class's own forward is traced
+    torch._dynamo.reset()
+    graphs.clear()
+    with torch.no_grad():
+        out = torch.compile(norm, fullgraph=True, backend=capture)(x)
+    assert _rownorm_calls(graphs) == set() and out.dtype == torch.bfloat16
+
+
+def test_under_compile_checked():
+    with pytest.raises(ValueError, match="patch_model: under_compile must be one of"):
+        rownorm.patch_model(torch.nn.LayerNorm(8), under_compile="aot")
+    with pytest.raises(ValueError, match="patch_modeling: under_compile must be one of"):
+        rownorm.patch_modeling("llama", under_compile="")
 
 
 # ---- the fused residual stream (patch_model(model, fuse_residual=True)) ---------------------
@@ -354,17 +425,6 @@ def test_fused_residual_matches(device, family, dtype, monkeypatch):
 
     again = rownorm.patch_model(model, fuse_residual=True)
     assert again.fused == [] and set(layers) <= set(again.already_patched)
-
-
-def test_compiled_fused_model(device):
-    """A fused model compiles with fullgraph=True."""
-    model = make_model("qwen3", device)
-    assert len(rownorm.patch_model(model, fuse_residual=True).fused) == 2
-    ids = _ids(device)
-    with torch.no_grad():
-        eager = model(ids).logits
-        compiled = torch.compile(model, fullgraph=True)(ids).logits
-    assert relerr(compiled, eager) <= RELERR[torch.float32][0]
 
 
 class _Attention(torch.nn.Module):

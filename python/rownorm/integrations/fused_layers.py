@@ -17,6 +17,7 @@ from rownorm.integrations.transformers import (
     NormForm,
     PatchSummary,
     RownormNorm,
+    _inductor_runs,
     _norm_like,
     _rownorm_takes,
     patched_class,
@@ -50,6 +51,7 @@ def _fusable(attn: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module) 
         and attn.shape == residual.shape
         and attn.dtype == residual.dtype
         and _rownorm_takes(attn, norm.weight)
+        and not _inductor_runs(norm, attn, norm.weight)
     )
 
 
