@@ -2,6 +2,7 @@
 and Liger-patched, eager and compiled, side by side in one process.
 
     python benchmarks/model_step.py [--families llama,qwen3,gemma] [--compile llama]
+                                    [--variants stock,rownorm,...] [--no-eager] [--profile]
                                     [--layers 4] [--batch 8] [--seq 1024] [--out PATH.md]
 
 Models are built from their config classes with random weights (nothing is downloaded), in
@@ -220,6 +221,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10, help="timed steps at the least")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--no-eager", dest="eager", action="store_false", help="only the compiled cases"
+    )
     parser.add_argument("--profile", action="store_true", help="kernel profile of each case")
     parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args()
@@ -227,7 +231,8 @@ def main() -> None:
     compiled_families = {f for f in args.compile.split(",") if f}
     results: list[Result] = []
     for family in args.families.split(","):
-        for compiled in [False, True] if family in compiled_families else [False]:
+        modes = [False] if args.eager else []
+        for compiled in modes + [True] if family in compiled_families else modes:
             for variant in args.variants.split(","):
                 try:
                     r = run_case(family, variant, compiled, args)
