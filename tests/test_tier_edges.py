@@ -75,3 +75,45 @@ def test_tier_edge_lengths_cover_each_configuration():
         for edge in edges:
             assert plan_row_tier(edge, vec) != plan_row_tier(edge + 1, vec)
             assert plan_row_tier(edge - vec, vec) == plan_row_tier(edge, vec)
+
+
+def _planned(n: int, elem: int) -> str:
+    """The table's configuration now (not cached: ROWNORM_PLAN_AS_N is read at every plan),
+    without the row length the description also names."""
+    import rownorm  # noqa: F401  (loads the library that defines the op)
+
+    words = torch.ops.rownorm.plan_row_tier(n, elem, True, True).split()
+    return " ".join(w for w in words if not w.startswith("n="))
+
+
+def test_plan_as_n_runs_a_longer_rows_configuration(monkeypatch):
+    """ROWNORM_PLAN_AS_N=m (benchmarks/tier_sweep.py) plans rows shorter than m as rows of m,
+    and leaves longer rows and the unset table alone."""
+    for elem in (2, 4):
+        edges = tier_boundaries(elem)
+        own = {n: _planned(n, elem) for n in (256, edges[3], edges[-1] + 1)}
+        monkeypatch.setenv("ROWNORM_PLAN_AS_N", str(edges[3]))
+        assert _planned(256, elem) == own[edges[3]] != own[256]
+        assert _planned(edges[-1] + 1, elem) == own[edges[-1] + 1]
+        monkeypatch.setenv("ROWNORM_PLAN_AS_N", "0")
+        assert _planned(256, elem) == own[256]
+        monkeypatch.delenv("ROWNORM_PLAN_AS_N")
+        assert _planned(256, elem) == own[256]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_next_configuration_at_each_edge(dtype, monkeypatch):
+    """What the tier sweep times: each family at every edge of the table, run by the next
+    configuration up (ROWNORM_PLAN_AS_N), forward and backward against the float64 reference."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    edges = tier_boundaries(elem)
+    for op_id in FAMILIES:
+        op = OPS[op_id]
+        for edge in edges:
+            monkeypatch.setenv("ROWNORM_PLAN_AS_N", str(edge + 1))
+            x = scaled_rows(gpu_rows(edge), edge, dtype, "cuda")
+            inp = op.inputs(x, -1)
+            what = f"N={edge} as {_planned(edge, elem)}"
+            check_forward(op, inp, -1, what=what)
+            check_backward(raw_case(op, x), inp, -1, what=what)

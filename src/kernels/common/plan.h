@@ -34,6 +34,17 @@ inline bool ClustersDisabled() {
   return disabled;
 }
 
+// ROWNORM_PLAN_AS_N=m (read at every plan: benchmarks/tier_sweep.py sets it between calls)
+// plans a row of n < m elements as a row of m: a configuration that holds m elements holds n,
+// so this runs any configuration of the table above a row's own on that row, which is how the
+// sweep that justifies each boundary times the next configuration at the boundary. A tool for
+// measuring: results may differ in the last bits from the table's own configuration. Unset,
+// empty or 0: the table as is.
+inline int64_t PlanLengthFloor() {
+  const char* v = std::getenv("ROWNORM_PLAN_AS_N");
+  return v == nullptr ? 0 : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
+}
+
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -84,6 +95,7 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 // Every boundary is a power of two. They follow the register budget;
 // benchmarks/results/h100/NOTES.md has the measurements.
 inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
+  n = std::max(n, PlanLengthFloor());
   if (n <= int64_t{kPlanWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
     while (int64_t{width} * kGroupVecs * vec < n) width *= 2;
@@ -185,6 +197,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     return std::nullopt;
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide);
+  n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16). Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements)
   // run with two packs per thread and two rows in flight per CTA (CtaRowSumsKernel's

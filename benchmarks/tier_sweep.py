@@ -1,0 +1,196 @@
+"""The tier sweep: the measurement behind each boundary of the tier table (PlanRowTier in
+src/kernels/common/plan.h), on the GPU it runs on.
+
+    python benchmarks/tier_sweep.py [--ops rms_norm,layer_norm,...] [--dtypes bf16,fp32]
+                                    [--modes fwd,fwdbwd] [--log2-elems 27] [--rounds 2]
+                                    [--max-n 524288] [--out DIR]
+
+A boundary of the table is the longest row a configuration holds (its edge); the next length
+runs the next configuration up. At every edge of each element size this times the edge row
+under the table's own configuration and under the next one (``ROWNORM_PLAN_AS_N`` = edge + 1:
+the row planned as one element longer; the next configuration holds it too), forward and
+forward + backward (with every parameter gradient), M = elems / N rows, the L2 flushed before
+every rep (rownorm.bench's Timer), the two interleaved over ``--rounds`` rounds. A boundary
+is where it should be when the next configuration is not faster at the edge (ratio next / own
+≥ 1); a ratio below 1 says the boundary belongs lower. The next configuration's output is
+checked against the table's own first (same op, same inputs; relative error within the dtype's
+tolerance).
+
+One op per kernel family: l2_normalize (l1_normalize's kernels), rms_norm, add_rms_norm,
+layer_norm, softmax (log_softmax's). Writes DIR/tier_sweep.csv and DIR/tier_sweep.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+
+import rownorm
+import torch
+from rownorm.bench.timer import Timer, time_impl
+from rownorm.testing.tiers import tier_boundaries
+
+OPS = ("l2_normalize", "rms_norm", "add_rms_norm", "layer_norm", "softmax")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
+ENV = "ROWNORM_PLAN_AS_N"
+
+
+def make_case(op: str, m: int, n: int, dtype: torch.dtype, grad: bool):
+    """(fn, inputs, dys, bytes moved) of one op on M x N rows."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape, scale=1.0, shift=0.0):
+        t = torch.randn(*shape, device="cuda", dtype=dtype, generator=gen) * scale + shift
+        return t.requires_grad_(grad)
+
+    x = rand(m, n)
+    if op == "l2_normalize":
+        fn, inputs = rownorm.l2_normalize, [x]
+    elif op == "softmax":
+        fn, inputs = rownorm.softmax, [x]
+    elif op == "rms_norm":
+        fn, inputs = (lambda x, w: rownorm.rms_norm(x, w, eps=1e-6)), [x, rand(n, shift=1.0)]
+    elif op == "layer_norm":
+        fn, inputs = rownorm.layer_norm, [x, rand(n, shift=1.0), rand(n, scale=0.1)]
+    elif op == "add_rms_norm":
+        fn = lambda x, r, w: rownorm.add_rms_norm(x, r, w, eps=1e-6)  # noqa: E731
+        inputs = [x, rand(m, n), rand(n, shift=1.0)]
+    else:
+        raise ValueError(f"tier_sweep: unknown op {op!r}")
+    outs = 2 if op == "add_rms_norm" else 1
+    ins = 2 if op == "add_rms_norm" else 1
+    elem = x.element_size()
+    # fwd: read the row inputs, write the outputs; bwd: read x (or r) and every dy, write dx
+    nbytes = (ins + outs) * m * n * elem
+    if grad:
+        nbytes += (1 + outs + 1) * m * n * elem
+    dys = [torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) for _ in range(outs)]
+    return fn, inputs, dys, nbytes
+
+
+def plan_as(value: str | None) -> None:
+    """Sets ROWNORM_PLAN_AS_N (read by the planner at every call), or unsets it (None)."""
+    if value is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = value
+
+
+def relerr(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def plan_text(op: str, x: torch.Tensor, mode: str) -> str:
+    backward = mode == "fwdbwd"
+    params = op in ("rms_norm", "add_rms_norm", "layer_norm")
+    return str(rownorm.explain(x, op, backward=backward, param_grads=backward and params))
+
+
+def sweep_one(timer, op, dtype, mode, n, elems, rounds) -> dict:
+    m = max(1, elems // n)
+    fn, inputs, dys, nbytes = make_case(op, m, n, dtype, mode == "fwdbwd")
+    x = inputs[0].detach()
+    configs = {"own": None, "next": str(n + 1)}
+    times: dict[str, list[float]] = {k: [] for k in configs}
+    plans, err = {}, 0.0
+    try:
+        for name, value in configs.items():
+            plan_as(value)
+            plans[name] = plan_text(op, x, mode)
+            with torch.no_grad():
+                out = fn(*inputs)
+                out = out[0] if isinstance(out, tuple) else out
+            if name == "own":
+                reference = out
+            else:
+                err = relerr(out, reference)
+        for _ in range(rounds):
+            for name, value in configs.items():
+                plan_as(value)
+                times[name].append(time_impl(timer, fn, inputs, mode, dys, rep_ms=50.0))
+    finally:
+        plan_as(None)
+    own, nxt = statistics.mean(times["own"]), statistics.mean(times["next"])
+    return dict(
+        op=op,
+        dtype=str(dtype).removeprefix("torch."),
+        mode=mode,
+        N=n,
+        M=m,
+        own_us=round(own * 1e3, 2),
+        next_us=round(nxt * 1e3, 2),
+        next_over_own=round(nxt / own, 3),
+        own_gbps=round(nbytes / (own * 1e6), 1),
+        spread=round(max(max(t) / min(t) - 1 for t in times.values()), 3),
+        next_relerr=f"{err:.1e}",
+        ok=err <= TOLERANCE[dtype],
+        own_plan=plans["own"],
+        next_plan=plans["next"],
+    )
+
+
+def write(rows: list[dict], out_dir: str, gpu: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tier_sweep.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [
+        f"# Tier sweep — {gpu}",
+        "",
+        f"rownorm {rownorm.__version__} rev {rownorm.build_info().get('revision', '?')}; "
+        "each edge row (the longest row of a configuration) under the table's configuration "
+        "(own) and the next one up (next), µs (median, L2 flushed), mean over the rounds; "
+        "next/own < 1: the next configuration was faster at the edge. Plans: "
+        "tier_sweep.csv.",
+        "",
+        "| op | dtype | mode | N | own µs | next µs | next/own | own GB/s | spread | check |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {r['mode']} | {r['N']} | {r['own_us']} | "
+            f"{r['next_us']} | {'**' if r['next_over_own'] < 0.97 else ''}{r['next_over_own']}"
+            f"{'**' if r['next_over_own'] < 0.97 else ''} | {r['own_gbps']} | {r['spread']} | "
+            f"{'ok' if r['ok'] else 'MISMATCH ' + r['next_relerr']} |"
+        )
+    with open(os.path.join(out_dir, "tier_sweep.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--dtypes", default="bf16,fp32")
+    parser.add_argument("--modes", default="fwd,fwdbwd")
+    parser.add_argument("--log2-elems", type=int, default=27, help="M·N = 2^this")
+    parser.add_argument("--max-n", type=int, default=1 << 19)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default="tier_sweep")
+    args = parser.parse_args()
+
+    timer = Timer(torch.device("cuda"))
+    rows = []
+    for dname in args.dtypes.split(","):
+        dtype = DTYPES[dname]
+        edges = tier_boundaries(torch.empty((), dtype=dtype).element_size())
+        for n in (e for e in edges if e <= args.max_n):
+            for op in args.ops.split(","):
+                for mode in args.modes.split(","):
+                    r = sweep_one(timer, op, dtype, mode, n, 1 << args.log2_elems, args.rounds)
+                    rows.append(r)
+                    print(
+                        f"{op} {dname} {mode} N={n}: own {r['own_us']} us next {r['next_us']} "
+                        f"us ({r['next_over_own']}) {'ok' if r['ok'] else 'MISMATCH'}",
+                        flush=True,
+                    )
+                    torch.cuda.empty_cache()
+    write(rows, args.out, torch.cuda.get_device_name())
+
+
+if __name__ == "__main__":
+    main()
