@@ -189,7 +189,7 @@ def main() -> None:
                         flush=True,
                     )
                     torch.cuda.empty_cache()
-    write(rows, args.out, torch.cuda.get_device_name())
+                    write(rows, args.out, torch.cuda.get_device_name())  # as far as it got
 
 
 if __name__ == "__main__":
