@@ -65,12 +65,14 @@ def cases(dtype: torch.dtype) -> list[Case]:
         out.append(Case(f"rows n={n}", (rows, n), -1, "contiguous", i % 2 == 1))
     # Fused parameter-gradient sums over whole and partial chunks (16 rows per CTA on the CTA
     # tier, 32 per group of lanes): aligned rows of the CTA and group tiers, 512 threads x 2
-    # packs (add_rms_norm, 16-bit 8192), groups of 8 lanes (16-bit 256 / fp32 128).
+    # packs (add_rms_norm, 16-bit 8192), groups of 8 lanes (16-bit 256 / fp32 128), and rows
+    # of 64 (fp32: the table's 4-lane groups, run by the fused sums as 8-lane groups).
     out += [
         Case("fused sums, CTA tier", (35, 4096), -1, "contiguous", False),
         Case("fused sums, 512 x 2 packs", (35, 16384 // elem), -1, "contiguous", True),
         Case("fused sums, group tier", (70, 1024), -1, "contiguous", True),
         Case("fused sums, 8-lane groups", (70, 2048 // elem), -1, "contiguous", False),
+        Case("fused sums, rows of 64", (70, 64), -1, "contiguous", True),
     ]
     # Layouts the row tiers read without a copy.
     for n in (1000, 4097):

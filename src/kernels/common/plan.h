@@ -227,13 +227,17 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     f.kernel.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
     return f;
   }
-  // 4-pack groups of 8 lanes and more (256 16-bit / 128 fp32 elements and up): the fused
-  // step took 0.75-0.84x the two-pass one at 256 / 128 (NOTES.md §18). fp32 rows of up to 64
-  // (4-lane groups) stay two-pass: not measured.
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && plan.width >= 8) {
-    const int64_t groups = kGroupCtaThreads / plan.width;
+  // 4-pack groups (rows of up to 32 lanes x 4 packs): the fused step took 0.75-0.84x the
+  // two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md §18). fp32 rows of
+  // up to 64, which the table puts on 4-lane groups, run on 8-lane groups here: the tier
+  // sweep timed that configuration at 0.72-0.79x the two-pass 4-lane step at 64 (H100,
+  // benchmarks/results/h100/tier_sweep/, NOTES.md §20).
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
+    RowPlan group = plan;
+    group.width = std::max(plan.width, 8);
+    const int64_t groups = kGroupCtaThreads / group.width;
     const int64_t per_cta = groups * kFusedGroupRows;
-    return FusedSumPlan{plan, (rows + per_cta - 1) / per_cta * groups};
+    return FusedSumPlan{group, (rows + per_cta - 1) / per_cta * groups};
   }
   return std::nullopt;
 }
