@@ -362,6 +362,18 @@ def test_under_compile_keeps_the_output_dtype():
     assert _rownorm_calls(graphs) == set() and out.dtype == torch.bfloat16
 
 
+def test_under_compile_of_a_second_call():
+    """Patching again with another under_compile switches the patched modules to it."""
+    model = make_model("llama", "cpu")
+    rownorm.patch_model(model)
+    norms = [m for m in model.modules() if isinstance(m, RownormNorm)]
+    assert norms and {m._rownorm_under_compile for m in norms} == {"inductor"}
+    again = rownorm.patch_model(model, under_compile="rownorm")
+    assert again.patched == [] and len(again.already_patched) == len(norms)
+    assert {m._rownorm_under_compile for m in norms} == {"rownorm"}
+    assert {type(m)._rownorm_original for m in norms} == {type(norms[0])._rownorm_original}
+
+
 def test_under_compile_checked():
     with pytest.raises(ValueError, match="patch_model: under_compile must be one of"):
         rownorm.patch_model(torch.nn.LayerNorm(8), under_compile="aot")

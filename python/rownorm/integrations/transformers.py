@@ -409,7 +409,8 @@ def patch_model(
 
     The modules stay the same objects with the same Parameters, attributes and hooks, so the
     ``state_dict`` keys and any optimizer holding the parameters are unchanged. Calling it again
-    patches what is new and reports the rest as already patched.
+    patches what is new and reports the rest as already patched (with this call's
+    ``under_compile``).
 
     Returns:
         A :class:`PatchSummary`: what was patched (and computes which form), and the modules
@@ -419,6 +420,10 @@ def patch_model(
     summary = PatchSummary()
     for name, module in model.named_modules():
         if isinstance(module, RownormNorm):
+            if module._rownorm_under_compile != under_compile:  # the call's choice holds
+                module.__class__ = patched_class(
+                    module._rownorm_original, module._rownorm_form, under_compile
+                )
             summary.already_patched.append(name)
             continue
         form = recognize(module)
