@@ -3,7 +3,7 @@ src/kernels/common/plan.h), on the GPU it runs on.
 
     python benchmarks/tier_sweep.py [--ops rms_norm,layer_norm,...] [--dtypes bf16,fp32]
                                     [--modes fwd,fwdbwd] [--log2-elems 27] [--rounds 2]
-                                    [--max-n 524288] [--out DIR]
+                                    [--max-n 524288] [--ns 393216,...] [--out DIR]
 
 A boundary of the table is the longest row a configuration holds (its edge); the next length
 runs the next configuration up. At every edge of each element size this times the edge row
@@ -12,9 +12,11 @@ the row planned as one element longer; the next configuration holds it too), for
 forward + backward (with every parameter gradient), M = elems / N rows, the L2 flushed before
 every rep (rownorm.bench's Timer), the two interleaved over ``--rounds`` rounds. A boundary
 is where it should be when the next configuration is not faster at the edge (ratio next / own
-≥ 1); a ratio below 1 says the boundary belongs lower. The next configuration's output is
-checked against the table's own first (same op, same inputs; relative error within the dtype's
-tolerance).
+≥ 1); a ratio below 1 says the boundary belongs lower. With ``--ns`` it times the given
+lengths instead, each under its own configuration and the next one up (planned as one element
+past the edge of its own configuration): how far below an edge a finding holds. The next
+configuration's output is checked against the table's own first (same op, same inputs;
+relative error within the dtype's tolerance).
 
 One op per kernel family: l2_normalize (l1_normalize's kernels), rms_norm, add_rms_norm,
 layer_norm, softmax (log_softmax's). Writes DIR/tier_sweep.csv and DIR/tier_sweep.md.
@@ -90,11 +92,16 @@ def plan_text(op: str, x: torch.Tensor, mode: str) -> str:
     return str(rownorm.explain(x, op, backward=backward, param_grads=backward and params))
 
 
-def sweep_one(timer, op, dtype, mode, n, elems, rounds) -> dict:
+def next_plan_length(n: int, edges: list[int]) -> int:
+    """The shortest row of the configuration above n's own: one past the edge of n's."""
+    return next(e for e in edges if e >= n) + 1
+
+
+def sweep_one(timer, op, dtype, mode, n, next_n, elems, rounds) -> dict:
     m = max(1, elems // n)
     fn, inputs, dys, nbytes = make_case(op, m, n, dtype, mode == "fwdbwd")
     x = inputs[0].detach()
-    configs = {"own": None, "next": str(n + 1)}
+    configs = {"own": None, "next": str(next_n)}
     times: dict[str, list[float]] = {k: [] for k in configs}
     plans, err = {}, 0.0
     try:
@@ -169,6 +176,7 @@ def main() -> None:
     parser.add_argument("--modes", default="fwd,fwdbwd")
     parser.add_argument("--log2-elems", type=int, default=27, help="M·N = 2^this")
     parser.add_argument("--max-n", type=int, default=1 << 19)
+    parser.add_argument("--ns", default="", help="these row lengths instead of the edges")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="tier_sweep")
     args = parser.parse_args()
@@ -178,10 +186,14 @@ def main() -> None:
     for dname in args.dtypes.split(","):
         dtype = DTYPES[dname]
         edges = tier_boundaries(torch.empty((), dtype=dtype).element_size())
-        for n in (e for e in edges if e <= args.max_n):
+        ns = [int(v) for v in args.ns.split(",") if v] or edges
+        for n in (n for n in ns if n <= min(args.max_n, edges[-1])):
             for op in args.ops.split(","):
                 for mode in args.modes.split(","):
-                    r = sweep_one(timer, op, dtype, mode, n, 1 << args.log2_elems, args.rounds)
+                    next_n = next_plan_length(n, edges)
+                    r = sweep_one(
+                        timer, op, dtype, mode, n, next_n, 1 << args.log2_elems, args.rounds
+                    )
                     rows.append(r)
                     print(
                         f"{op} {dname} {mode} N={n}: own {r['own_us']} us next {r['next_us']} "
