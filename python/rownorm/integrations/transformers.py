@@ -58,9 +58,9 @@ Under ``torch.compile`` (``under_compile="inductor"``, the default) a patched mo
 class's own forward, which Inductor traces and fuses with its neighbours (the residual add, the
 casts, the weight's product) in forward and backward. Measured on an H100 (training step of
 4-layer Llama / Qwen3 / Gemma decoders, hidden 2048, 8×1024 tokens, bf16; benchmarks/results/
-h100/models/), rownorm's op in the compiled graph made the step 0.96–0.98× as fast as the stock
-compiled model (fused residual stream included), and norms that cost nothing at all make it at
-most 1.021–1.028× faster: under torch.compile no norm kernel can gain much, and an opaque one
+h100/models/), rownorm's op in the compiled graph made the step 0.975–0.984× as fast as the
+stock compiled model (fused residual stream included), and norms that cost nothing at all make
+it at most 1.021–1.028× faster: under torch.compile no norm kernel can gain much, and an opaque one
 loses Inductor's fusions. Eager steps are where rownorm's kernels pay (1.24–1.37×). With
 ``under_compile="rownorm"`` the compiled graph calls rownorm's ops instead. Where the weight's
 dtype differs from x's, rownorm's op runs under compile too, so that the output dtype is the
