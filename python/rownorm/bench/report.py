@@ -98,7 +98,7 @@ def _ordered_impls(op: str, results: Sequence[Result]) -> list[str]:
     return [n for n in order if n in present] + sorted(present - set(order))
 
 
-def _best_peer(by_impl: dict[str, Result]) -> tuple[Result | None, Result | None]:
+def best_peer(by_impl: dict[str, Result]) -> tuple[Result | None, Result | None]:
     """(rownorm's result, the fastest correct peer's result) of one configuration."""
     ours = next((r for r in by_impl.values() if is_ours(r)), None)
     ok = [
@@ -137,7 +137,7 @@ def _grid_table(op: str, mode: str, rows: Sequence[Result]) -> list[str]:
     )
     for dt, n, m in keys:
         by = {r.impl: r for r in rows if (r.dtype, r.N, r.M) == (dt, n, m)}
-        ours, best = _best_peer(by)
+        ours, best = best_peer(by)
         best_txt = f"{_label(op, best.impl)} {_num(best.gbps)}" if best else "—"
         cells = " | ".join(_cell(by.get(i)) for i in impls)
         lines.append(f"| {n} | {_short(dt)} | {m} | {cells} | {best_txt} | {_vs(ours, best)} |")
@@ -163,7 +163,7 @@ def _seed_table(op: str, rows: Sequence[Result], copy_gbps: float | None) -> lis
         limit = _ms(nbytes / (copy_gbps * 1e6)) if copy_gbps else "—"
         same = by.get(SAME_BYTES_COPY)
         same_cell = _ms(same.ms) if same is not None and same.ms else "—"
-        ours, best = _best_peer(by)
+        ours, best = best_peer(by)
         cells = " | ".join(_ms_cell(by.get(i)) for i in impls)
         lines.append(
             f"| {wl} | {nbytes / 1e9:.3g} GB | {limit} | {same_cell} | {cells} | "
