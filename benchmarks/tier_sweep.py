@@ -31,46 +31,27 @@ import statistics
 
 import rownorm
 import torch
+from rownorm.bench.check import TOLERANCE
+from rownorm.bench.specs import OPS as SPECS
 from rownorm.bench.timer import Timer, time_impl
 from rownorm.testing.tiers import tier_boundaries
 
 OPS = ("l2_normalize", "rms_norm", "add_rms_norm", "layer_norm", "softmax")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
 ENV = "ROWNORM_PLAN_AS_N"
 
 
-def make_case(op: str, m: int, n: int, dtype: torch.dtype, grad: bool):
-    """(fn, inputs, dys, bytes moved) of one op on M x N rows."""
-    gen = torch.Generator(device="cuda").manual_seed(0)
-
-    def rand(*shape, scale=1.0, shift=0.0):
-        t = torch.randn(*shape, device="cuda", dtype=dtype, generator=gen) * scale + shift
-        return t.requires_grad_(grad)
-
-    x = rand(m, n)
-    if op == "l2_normalize":
-        fn, inputs = rownorm.l2_normalize, [x]
-    elif op == "softmax":
-        fn, inputs = rownorm.softmax, [x]
-    elif op == "rms_norm":
-        fn, inputs = (lambda x, w: rownorm.rms_norm(x, w, eps=1e-6)), [x, rand(n, shift=1.0)]
-    elif op == "layer_norm":
-        fn, inputs = rownorm.layer_norm, [x, rand(n, shift=1.0), rand(n, scale=0.1)]
-    elif op == "add_rms_norm":
-        fn = lambda x, r, w: rownorm.add_rms_norm(x, r, w, eps=1e-6)  # noqa: E731
-        inputs = [x, rand(m, n), rand(n, shift=1.0)]
-    else:
-        raise ValueError(f"tier_sweep: unknown op {op!r}")
-    outs = 2 if op == "add_rms_norm" else 1
-    ins = 2 if op == "add_rms_norm" else 1
-    elem = x.element_size()
-    # fwd: read the row inputs, write the outputs; bwd: read x (or r) and every dy, write dx
-    nbytes = (ins + outs) * m * n * elem
-    if grad:
-        nbytes += (1 + outs + 1) * m * n * elem
-    dys = [torch.randn(m, n, device="cuda", dtype=dtype, generator=gen) for _ in range(outs)]
-    return fn, inputs, dys, nbytes
+def make_case(op: str, m: int, n: int, dtype: torch.dtype, mode: str, device: str = "cuda"):
+    """(fn, inputs, dys, bytes moved) of one op on M x N rows: the benchmark's own (the op
+    table's inputs, call and byte formula, rownorm.bench.specs)."""
+    spec = SPECS[op]
+    gen = torch.Generator(device=device).manual_seed(0)
+    inputs = spec.make_inputs((m, n), -1, dtype, device, gen)
+    dys = [
+        torch.randn(m, n, device=device, dtype=dtype, generator=gen) for _ in range(spec.n_outputs)
+    ]
+    fn = spec.ours().make(-1, dict(spec.kwargs))
+    return fn, inputs, dys, spec.nbytes(mode, m, n, inputs[0].element_size())
 
 
 def plan_as(value: str | None) -> None:
@@ -99,7 +80,7 @@ def next_plan_length(n: int, edges: list[int]) -> int:
 
 def sweep_one(timer, op, dtype, mode, n, next_n, elems, rounds) -> dict:
     m = max(1, elems // n)
-    fn, inputs, dys, nbytes = make_case(op, m, n, dtype, mode == "fwdbwd")
+    fn, inputs, dys, nbytes = make_case(op, m, n, dtype, mode)
     x = inputs[0].detach()
     configs = {"own": None, "next": str(next_n)}
     times: dict[str, list[float]] = {k: [] for k in configs}
