@@ -287,20 +287,10 @@ def test_unsupported_inputs_run_the_original_forward(device):
     assert relerr(norm(xb), reference(xb)) < RELERR[torch.bfloat16][0]
 
 
-def _rownorm_calls(graphs) -> set[str]:
-    """The rownorm ops the captured FX graphs call (packet names: dynamo's graphs hold the
-    packet or the overload)."""
-    return {
-        str(n.target).removesuffix(".default")
-        for g in graphs
-        for n in g.graph.nodes
-        if n.op == "call_function" and str(n.target).startswith("rownorm.")
-    }
-
-
-def _compile_captured(model, ids) -> tuple[torch.Tensor, set[str]]:
-    """The model's logits through torch.compile(fullgraph=True) with a backend that keeps the
-    traced graph (and runs it as traced), and the rownorm ops that graph calls."""
+def _compile_captured(module, *args):
+    """``module(*args)`` through torch.compile(fullgraph=True) with a backend that keeps the
+    traced graphs (and runs them as traced), and the rownorm ops those graphs call (packet
+    names: dynamo's graphs hold the packet or the overload)."""
     graphs = []
 
     def capture(gm, example_inputs):
@@ -308,8 +298,14 @@ def _compile_captured(model, ids) -> tuple[torch.Tensor, set[str]]:
         return gm.forward
 
     torch._dynamo.reset()
-    logits = torch.compile(model, fullgraph=True, backend=capture)(ids).logits
-    return logits, _rownorm_calls(graphs)
+    out = torch.compile(module, fullgraph=True, backend=capture)(*args)
+    calls = {
+        str(n.target).removesuffix(".default")
+        for g in graphs
+        for n in g.graph.nodes
+        if n.op == "call_function" and str(n.target).startswith("rownorm.")
+    }
+    return out, calls
 
 
 @pytest.mark.parametrize("fuse_residual", [False, True], ids=["norms", "fused"])
@@ -325,6 +321,7 @@ def test_compiled_patched_model(device, under_compile, fuse_residual):
     with torch.no_grad():
         eager = model(ids).logits
         traced, calls = _compile_captured(model, ids)
+        traced = traced.logits
         torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True)(ids).logits
     if under_compile == "rownorm":
@@ -343,23 +340,14 @@ def test_under_compile_keeps_the_output_dtype():
     norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(64)
     rownorm.patch_model(norm)
     x = torch.randn(3, 64, dtype=torch.bfloat16)
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
     with torch.no_grad():
-        out = torch.compile(norm, fullgraph=True, backend=capture)(x)
+        out, calls = _compile_captured(norm, x)
         assert out.dtype == norm(x).dtype == torch.bfloat16
-    assert _rownorm_calls(graphs) == {"rownorm.rms_norm"}
+    assert calls == {"rownorm.rms_norm"}
     norm.to(torch.bfloat16)  # now the weight has x's dtype: the class's own forward is traced
-    torch._dynamo.reset()
-    graphs.clear()
     with torch.no_grad():
-        out = torch.compile(norm, fullgraph=True, backend=capture)(x)
-    assert _rownorm_calls(graphs) == set() and out.dtype == torch.bfloat16
+        out, calls = _compile_captured(norm, x)
+    assert calls == set() and out.dtype == torch.bfloat16
 
 
 def test_under_compile_of_a_second_call():
