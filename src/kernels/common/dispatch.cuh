@@ -77,6 +77,43 @@ inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
+// How many CTAs of kKernel (kThreads threads, kSmem bytes of dynamic shared memory) the current
+// device holds at once: the grid of a persistent kernel. Read once per device, when the
+// kernel's dynamic shared memory limit is raised to kSmem; 0 where not one CTA fits.
+template <auto kKernel, int kThreads, size_t kSmem>
+cudaError_t ResidentCtas(int* ctas) {
+  static PerDevice<int> cache;
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cache.Get(device, ctas, [](int d, int* out) {
+    int per_sm = 0, sms = 0;
+    cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kSmem));
+    if (e == cudaSuccess) {
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, kSmem);
+    }
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // "none fits", not a sticky error
+    *out = e == cudaSuccess ? per_sm * sms : 0;
+    return cudaSuccess;
+  });
+}
+
+// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) on the wide CTA
+// and cluster tiers, kThreads x kVecs packs a CTA: ops of one input (the forwards), as many
+// stages as fit kRowPrefetchBytes, at least two; 0 (rows loaded into registers) otherwise.
+constexpr int kRowPrefetchBytes = 96 * 1024;
+template <class Args, int kThreads, int kVecs>
+constexpr int RowStages() {
+  constexpr int stage = kThreads * kVecs * kPackBytes;
+  return Args::kNumIn != 1 ? 0 : std::max(2, kRowPrefetchBytes / stage);
+}
+template <class Args, int kThreads, int kVecs>
+constexpr size_t RowStageBytes() {
+  return size_t{RowStages<Args, kThreads, kVecs>()} * kThreads * kVecs * kPackBytes * Args::kNumIn;
+}
+
 // ---------------------------------------------------------------------------------------
 // The row tiers.
 
@@ -86,11 +123,12 @@ constexpr auto ClusterKernel() {
   if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
     return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
   } else {
-    return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+    return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster,
+                            RowStages<Args, kThreads, kVecs>()>;
   }
 }
 
-template <int kThreads, int kCluster>
+template <int kThreads, int kCluster, size_t kSmem = 0>
 cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaStream_t stream) {
   attr->id = cudaLaunchAttributeClusterDimension;
   attr->val.clusterDim.x = kCluster;
@@ -99,54 +137,59 @@ cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaS
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = kSmem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;
 }
 
-enum class ClusterSupport { kCoScheduled, kNotCoScheduled };
-
-// Whether `device` (the current one) can co-schedule one cluster of this configuration (16 is
-// a non-portable size; a GPU or partition may hold fewer SMs per GPC), checked once per device.
+// How many clusters of this configuration `device` (the current one) runs at once; 0 where it
+// cannot co-schedule one (16 is a non-portable size; a GPU or partition may hold fewer SMs per
+// GPC). Read once per device, when the kernel's limits are raised (the non-portable size, the
+// shared memory of its prefetch stages).
 template <class Op, class Args, int kThreads, int kCluster>
-cudaError_t CheckClusterSupport(int device, ClusterSupport* support) {
-  static PerDevice<ClusterSupport> cache;
-  return cache.Get(device, support, [](int, ClusterSupport* out) {
+cudaError_t CoResidentClusters(int device, int* clusters) {
+  static PerDevice<int> cache;
+  return cache.Get(device, clusters, [](int, int* out) {
+    constexpr size_t kSmem = RowStageBytes<Args, kThreads, kClusterVecs>();
     auto kernel = ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>();
     cudaError_t err = cudaSuccess;
     if (kCluster > 8) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
+    if (err == cudaSuccess && kSmem > 0) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kSmem));
+    }
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(attr, kCluster, nullptr);
-    int clusters = 0;
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    const cudaLaunchConfig_t cfg =
+        ClusterConfig<kThreads, kCluster, kSmem>(attr, kCluster, nullptr);
+    int n = 0;
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
     if (err != cudaSuccess) {
       // A failed query means "not co-schedulable" (as on a device without clusters); its
       // error is cleared so that it does not surface at the next launch.
       (void)cudaGetLastError();
     }
-    *out = err == cudaSuccess && clusters >= 1 ? ClusterSupport::kCoScheduled
-                                               : ClusterSupport::kNotCoScheduled;
+    *out = err == cudaSuccess ? n : 0;
     return cudaSuccess;
   });
 }
 
 template <class Op, class Args>
-cudaError_t CheckClusterSupport(int device, const RowPlan& plan, ClusterSupport* support) {
+cudaError_t CoResidentClusters(int device, const RowPlan& plan, int* clusters) {
   if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads) {
-      return CheckClusterSupport<Op, Args, kWideClusterThreads, kMaxCluster>(device, support);
+      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster>(device, clusters);
     }
   }
   switch (plan.cluster) {
-    case 2: return CheckClusterSupport<Op, Args, kClusterThreads, 2>(device, support);
-    case 4: return CheckClusterSupport<Op, Args, kClusterThreads, 4>(device, support);
-    case 8: return CheckClusterSupport<Op, Args, kClusterThreads, 8>(device, support);
+    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2>(device, clusters);
+    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4>(device, clusters);
+    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8>(device, clusters);
     case kMaxCluster:
-      return CheckClusterSupport<Op, Args, kClusterThreads, kMaxCluster>(device, support);
+      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster>(device, clusters);
   }
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
@@ -163,22 +206,32 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
                          OpTraits<Op>::kWideCluster);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {
-      ClusterSupport support;
-      err = CheckClusterSupport<Op, Args>(device, *plan, &support);
+      int clusters = 0;
+      err = CoResidentClusters<Op, Args>(device, *plan, &clusters);
       if (err != cudaSuccess) return err;
-      if (support == ClusterSupport::kNotCoScheduled) *plan = StreamingPlan(plan->vec);
+      if (clusters == 0) *plan = StreamingPlan(plan->vec);
     }
   }
   return cudaSuccess;
 }
 
-// Launches one cluster configuration (CheckClusterSupport said the device co-schedules it).
+// Launches one cluster configuration (CoResidentClusters said the device co-schedules it): a
+// cluster per row, or, where rows are prefetched, a persistent grid of the clusters the device
+// runs at once.
 template <class Op, class Args, int kThreads, int kCluster>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  const int64_t max_clusters = INT_MAX / kCluster;
+  constexpr size_t kSmem = RowStageBytes<Args, kThreads, kClusterVecs>();
+  int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
+  if constexpr (kSmem > 0) {
+    int device = 0, resident = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = CoResidentClusters<Op, Args, kThreads, kCluster>(device, &resident);
+    if (err != cudaSuccess) return err;
+    clusters = std::min<int64_t>(clusters, std::max(resident, 1));
+  }
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster>(
-      attr, static_cast<unsigned>(kCluster * std::min(a.rows, max_clusters)), stream);
+  const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
+      attr, static_cast<unsigned>(kCluster * clusters), stream);
   return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>(), a,
                             op);
 }
@@ -203,6 +256,20 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
+  if constexpr (kVecs == kWideCtaVecs) {  // the wide CTA: rows prefetched (RowStages)
+    constexpr int kStages = RowStages<Args, kThreads, kVecs>();
+    if constexpr (kStages > 0) {
+      constexpr size_t kSmem = RowStageBytes<Args, kThreads, kVecs>();
+      constexpr auto kernel = CtaRowKernel<Op, Args, kVec, kVecs, kThreads, kStages>;
+      int ctas = 0;
+      const cudaError_t err = ResidentCtas<kernel, kThreads, kSmem>(&ctas);
+      if (err != cudaSuccess) return err;
+      if (ctas > 0) {  // a persistent grid; else the kernel without stages
+        kernel<<<GridFor(std::min<int64_t>(a.rows, ctas)), kThreads, kSmem, stream>>>(a, op);
+        return cudaGetLastError();
+      }
+    }
+  }
   CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
@@ -358,6 +425,20 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
       if constexpr (!std::is_same_v<typename Args::InElem, double>) {
         constexpr int kLanes = Args::kPackWidth;
         const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
+        if constexpr (Args::kNumIn == 1) {  // later tiles in flight (plan.h)
+          using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
+          constexpr size_t kSmem = kStridedStages * sizeof(typename Tile::Stage);
+          constexpr auto kernel =
+              StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStridedStages>;
+          int ctas = 0;
+          const cudaError_t err = ResidentCtas<kernel, kTx * kTy, kSmem>(&ctas);
+          if (err != cudaSuccess) return err;
+          if (ctas > 0) {  // a persistent grid; else the kernel without stages
+            kernel<<<GridFor(std::min<int64_t>(pack_tiles, ctas)), dim3(kTx, kTy), kSmem,
+                     stream>>>(a, op);
+            return cudaGetLastError();
+          }
+        }
         StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>
             <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
         return cudaGetLastError();

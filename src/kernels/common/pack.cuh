@@ -117,4 +117,30 @@ struct alignas(sizeof(T) * N) Pack {
 // The widest pack width (in elements, <= 16 bytes) for element size `elem_size`.
 constexpr int MaxPackWidth(int elem_size) { return 16 / elem_size; }
 
+#if defined(__CUDACC__)
+// Asynchronous 16-byte copies from global into shared memory (cp.async, sm_80+), with which
+// a kernel keeps later rows' or tiles' packs in flight while it reduces and stores the current
+// one. A thread reads back only the packs it copied itself, so waiting for its own copies is
+// enough: no barrier. Copies are counted in groups: CommitAsyncCopies closes the group of the
+// copies issued since the last one (an empty group counts too), WaitAsyncCopies<k> returns
+// once at most k of this thread's groups are still in flight.
+template <typename T, int N>
+ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src) {
+  static_assert(sizeof(Pack<T, N>) == 16, "cp.async copies whole 16-byte packs here");
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src) : "memory");
+}
+ROWNORM_DEVICE void CommitAsyncCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+ROWNORM_DEVICE void WaitAsyncCopies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// The kernel's dynamic shared memory (the size is the launch's), 16-byte aligned.
+ROWNORM_DEVICE unsigned char* DynamicSharedMemory() {
+  extern __shared__ __align__(16) unsigned char rownorm_dynamic_shared[];
+  return rownorm_dynamic_shared;
+}
+#endif  // __CUDACC__
+
 }  // namespace rownorm

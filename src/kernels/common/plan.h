@@ -263,15 +263,19 @@ bool FusedOperandsAligned(const Args& a) {
 // 32 x 8 threads owns 32 adjacent columns (32 packs of columns with kPacked). Columns of up to
 // 8 x 8 = 64 elements stay in registers (one read of the tensor); longer ones are read twice,
 // the second time mostly from L2 (a CTA's 32 x d tile is reused at once).
+// Packed tiles of one-input ops (the forwards) are prefetched: a persistent CTA keeps its next
+// kStridedStages tiles in flight into shared memory (2 x 32 KB) while it reduces the current one.
 enum class StridedKind { kPacked, kCached, kStreamed };
 
 constexpr int kStridedTx = 32;
 constexpr int kStridedTy = 8;
 constexpr int kStridedCache = 8;
+constexpr int kStridedStages = 2;
 
 struct StridedPlan {
   StridedKind kernel = StridedKind::kStreamed;
-  int lanes = 1;  // adjacent columns per thread (a pack with kPacked)
+  int lanes = 1;   // adjacent columns per thread (a pack with kPacked)
+  int stages = 0;  // tiles in flight ahead of the current one (kPacked)
 };
 
 template <class Args>
@@ -290,7 +294,8 @@ StridedPlan PlanStridedOp(const Args& a) {
   for (int i = 0; i < Args::kNumIn; ++i) {
     packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
   }
-  return packs ? StridedPlan{StridedKind::kPacked, kLanes} : StridedPlan{StridedKind::kCached, 1};
+  if (!packs) return {StridedKind::kCached, 1};
+  return {StridedKind::kPacked, kLanes, Args::kNumIn == 1 ? kStridedStages : 0};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -324,8 +329,10 @@ inline std::string Describe(const StridedPlan& p) {
   const char* kernel = p.kernel == StridedKind::kPacked   ? "packed"
                        : p.kernel == StridedKind::kCached ? "cached"
                                                           : "streamed";
-  return std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
-         " threads=" + std::to_string(kStridedTx * kStridedTy);
+  std::string s = std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
+                  " threads=" + std::to_string(kStridedTx * kStridedTy);
+  if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
+  return s;
 }
 
 }  // namespace rownorm

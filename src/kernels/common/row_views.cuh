@@ -309,21 +309,33 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   };
 
   ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
-    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, valid), args.n);
-    const Ownership<Team, kVec> own(team, geo, valid);
-    Loaded l;
-#pragma unroll
-    for (int i = 0; i < kIn; ++i) {
-      const TIn* p = Base::In(args, i, row, valid);
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k) {
-        const int64_t v = own.first_vec + k * Team::kThreads;
-        if (v < own.vec_end) l.packs[k][i].Load(p + geo.head + v * kVec);
-      }
-      if (own.head_col >= 0) l.head[i] = p[own.head_col];
-      if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
-    }
-    return l;
+    return LoadWith(team, args, row, valid, [](int, int, const TIn* src, Pack<TIn, kVec>& dst) {
+      dst.Load(src);
+    });
+  }
+
+  // A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows): thread t's
+  // pack k of input i at [k][i][t] (a warp's 16-byte accesses contiguous).
+  struct Stage {
+    Pack<TIn, kVec> packs[kVecs][kIn][Team::kThreads];
+  };
+
+  // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
+  ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row, Stage& stage) {
+    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, true), args.n);
+    const Ownership<Team, kVec> own(team, geo, true);
+    ForEachOwnedPack(args, row, true, geo, own, [&](int k, int i, const TIn* src) {
+      CopyPackAsync(&stage.packs[k][i][team.ThreadRank()], src);
+    });
+  }
+
+  // The loads of `row` whose packs Prefetch staged in `stage` (the caller waited for the
+  // copies); the head and tail scalars are read from global memory.
+  ROWNORM_DEVICE static Loaded LoadStaged(const Team& team, const Args& args, int64_t row,
+                                          const Stage& stage) {
+    return LoadWith(team, args, row, true, [&](int k, int i, const TIn*, Pack<TIn, kVec>& dst) {
+      dst = stage.packs[k][i][team.ThreadRank()];
+    });
   }
 
   ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid)
@@ -368,6 +380,40 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   }
 
  private:
+  // g(k, i, address) for each pack k of input i of `row` that this thread owns.
+  template <class G>
+  ROWNORM_DEVICE static void ForEachOwnedPack(const Args& args, int64_t row, bool valid,
+                                              const RowGeometry<TIn, kVec>& geo,
+                                              const Ownership<Team, kVec>& own, G g) {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) {
+      const TIn* p = Base::In(args, i, row, valid);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t v = own.first_vec + k * Team::kThreads;
+        if (v < own.vec_end) g(k, i, p + geo.head + v * kVec);
+      }
+    }
+  }
+
+  // The loads of `row`, each pack moved by fill(k, i, address, pack).
+  template <class Fill>
+  ROWNORM_DEVICE static Loaded LoadWith(const Team& team, const Args& args, int64_t row, bool valid,
+                                        Fill fill) {
+    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, valid), args.n);
+    const Ownership<Team, kVec> own(team, geo, valid);
+    Loaded l;
+    ForEachOwnedPack(args, row, valid, geo, own,
+                     [&](int k, int i, const TIn* src) { fill(k, i, src, l.packs[k][i]); });
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) {
+      const TIn* p = Base::In(args, i, row, valid);
+      if (own.head_col >= 0) l.head[i] = p[own.head_col];
+      if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
+    }
+    return l;
+  }
+
   Loaded data_;
 };
 

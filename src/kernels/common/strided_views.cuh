@@ -193,17 +193,32 @@ struct StridedTile {
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
 
+  // One tile's packs staged in shared memory by a prefetching kernel, thread t's at
+  // [k][c][t] (a warp's 16-byte accesses contiguous).
+  struct Stage {
+    Pack<TIn, kLanes> packs[kIn][kCache][kTx * kTy];
+  };
+
   ROWNORM_DEVICE StridedTile(StridedReduceStorage<kTx, kTy>& s, int& par, const Args& a, int64_t o,
                              int64_t i)
       : storage(s), parity(par), at(a, o, i) {
-#pragma unroll
-    for (int c = 0; c < kCache; ++c) {
-      const int64_t r = threadIdx.y + c * kTy;
-      if (at.valid && r < at.d) {
-#pragma unroll
-        for (int k = 0; k < kIn; ++k) cache[k][c].Load(at.in[k] + r * at.inner);
-      }
-    }
+    ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
+  }
+
+  // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
+  ROWNORM_DEVICE StridedTile(StridedReduceStorage<kTx, kTy>& s, int& par, const Args& a, int64_t o,
+                             int64_t i, const Stage& stage)
+      : storage(s), parity(par), at(a, o, i) {
+    const int t = threadIdx.y * kTx + threadIdx.x;
+    ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
+  }
+
+  // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`.
+  ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage) {
+    const int t = threadIdx.y * kTx + threadIdx.x;
+    ForEachOwned(StridedOperands<Args>(a, o, i), [&](int k, int c, const TIn* src) {
+      CopyPackAsync(&stage.packs[k][c][t], src);
+    });
   }
 
   // Writes the gathered outputs.
@@ -214,6 +229,20 @@ struct StridedTile {
       if (at.valid && r < at.d) {
 #pragma unroll
         for (int j = 0; j < kOut; ++j) gathered[j][c].Store(at.out[j] + r * at.inner);
+      }
+    }
+  }
+
+  // g(k, c, address) for each pack this thread owns of the tile at `at`: input k's element row
+  // ty + c·kTy.
+  template <class G>
+  ROWNORM_DEVICE static void ForEachOwned(const StridedOperands<Args>& at, G g) {
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int64_t r = threadIdx.y + c * kTy;
+      if (at.valid && r < at.d) {
+#pragma unroll
+        for (int k = 0; k < kIn; ++k) g(k, c, at.in[k] + r * at.inner);
       }
     }
   }

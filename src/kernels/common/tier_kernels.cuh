@@ -11,7 +11,8 @@
 //   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients);
 //                       the CTA one keeps two rows in flight at two packs per thread.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
-//   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D.
+//   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D;
+//   StridedPrefetchKernel  the packed one with later tiles in flight into shared memory.
 //
 // Every row loop is uniform across the threads that reduce together (the warp for groups, the
 // CTA, the cluster), as the barriers and full-mask shuffles require. `Args` is the problem type
@@ -43,13 +44,44 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   }
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
+// Rows first, first + step, ... of one team (uniform across it), with the packs of the next
+// kStages rows in flight into shared memory (cp.async) while the current row is reduced and
+// stored: loaded straight into registers, a CTA of the wide CTA or the cluster tier (one or two
+// per SM) had nothing in flight from its row's barriers to its last store. The kernel's
+// dynamic shared memory holds kStages Row::Stage.
+template <class Row, class Op, class Args, class Team, int kStages>
+ROWNORM_DEVICE void PrefetchedRows(const Args& args, const Op& op, Team& team, int64_t first,
+                                   int64_t step) {
+  static_assert(kStages >= 2, "one stage would leave nothing in flight while a row is processed");
+  auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
+  const auto prefetch = [&](int64_t row, int s) {
+    if (row < args.rows) Row::Prefetch(team, args, row, stages[s]);
+    CommitAsyncCopies();  // one group per row, empty past the end, so that the count holds
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) prefetch(first + s * step, s);
+  int s = 0;
+  for (int64_t row = first; row < args.rows; row += step) {
+    WaitAsyncCopies<kStages - 1>();  // this row's group, the oldest in flight
+    Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
+    op(r);
+    prefetch(row + kStages * step, s);  // the row's stores have used every staged pack
+    s = s + 1 == kStages ? 0 : s + 1;
+  }
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kStages = 0>
 __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const Op op) {
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
-  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
-    CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>> r(team, args, row, true);
-    op(r);
+  if constexpr (kStages > 0) {
+    PrefetchedRows<Row, Op, Args, CtaTeam<kThreads>, kStages>(args, op, team, blockIdx.x, gridDim.x);
+  } else {
+    for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+      Row r(team, args, row, true);
+      op(r);
+    }
   }
 }
 
@@ -161,16 +193,23 @@ __global__ void __launch_bounds__(kCtaThreads)
       sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
 }
 
-// The rows of a cluster tier kernel (ClusterRowKernel, ClusterRowKernel2PerSm).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+// The rows of a cluster tier kernel (ClusterRowKernel, ClusterRowKernel2PerSm); kStages > 0:
+// PrefetchedRows.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Team = ClusterTeam<kThreads, kCluster>;
+  using Row = CachedRow<Args, kVec, kVecs, Team>;
   __shared__ ClusterReduceStorage<kThreads> storage;
-  ClusterTeam<kThreads, kCluster> team{storage};
+  Team team{storage};
   const int64_t clusters = gridDim.x / kCluster;
-  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
-    CachedRow<Args, kVec, kVecs, ClusterTeam<kThreads, kCluster>> r(team, args, row, true);
-    op(r);
+  if constexpr (kStages > 0) {
+    PrefetchedRows<Row, Op, Args, Team, kStages>(args, op, team, blockIdx.x / kCluster, clusters);
+  } else {
+    for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
+      Row r(team, args, row, true);
+      op(r);
+    }
   }
   cooperative_groups::this_cluster().sync();  // keep our shared memory alive for the peers
 #else
@@ -178,9 +217,9 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #endif
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
 __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, kStages>(args, op);
 }
 
 // Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
@@ -193,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads, 2)
     ClusterRowKernel2PerSm(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, 0>(args, op);
 }
 
 template <class Op, class Args, int kVec, int kThreads>
@@ -241,6 +280,40 @@ __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, c
     StridedTile<Args, kTx, kTy, kCache, kLanes> tile(storage, parity, args, o, i);
     RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
     tile.Flush();
+  }
+}
+
+// The packed strided path with later tiles in flight (ops of one input; plan.h's
+// PlanStridedOp): a persistent CTA runs tiles blockIdx.x, + gridDim.x, ... and keeps the
+// packs of its next kStages tiles in flight into shared memory (cp.async) while it reduces and
+// stores the current one. Loaded straight into registers, a CTA had nothing in flight from its
+// barrier to its last store, and two CTAs per SM reached 1.34x a copy's time on the H200
+// (channel RMSNorm; benchmarks/results/h200/NOTES.md).
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kStages>
+__global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes>;
+  __shared__ StridedReduceStorage<kTx, kTy> storage;
+  auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
+  int parity = 0;
+  constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
+  const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
+  const int64_t total = args.outer * tiles;
+  const auto column = [&](int64_t t) { return (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes; };
+  const auto prefetch = [&](int64_t t, int s) {
+    if (t < total) Tile::Prefetch(args, t / tiles, column(t), stages[s]);
+    CommitAsyncCopies();  // one group per tile, empty past the end, so that the count holds
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) prefetch(blockIdx.x + int64_t{s} * gridDim.x, s);
+  int s = 0;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    WaitAsyncCopies<kStages - 1>();  // tile t's group, the oldest in flight
+    Tile tile(storage, parity, args, t / tiles, column(t), stages[s]);
+    RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
+    // The lanes' reductions used every staged pack before their barriers: stage s is free.
+    prefetch(t + int64_t{kStages} * gridDim.x, s);
+    tile.Flush();
+    s = s + 1 == kStages ? 0 : s + 1;
   }
 }
 
