@@ -205,7 +205,8 @@ def _gpu_table_args(op: str, backward: bool) -> tuple[bool, bool]:
 
 def _row_words(plan: rownorm.Plan) -> dict[str, str]:
     words = dict(w.split("=", 1) for w in plan.raw.split())
-    for key in ("rows", "n", "param_grads", "chunks"):
+    # stages: set per op by the launcher, not by the table
+    for key in ("rows", "n", "param_grads", "chunks", "stages"):
         words.pop(key, None)
     return words
 
@@ -290,6 +291,25 @@ def test_explain_misaligned_and_strided():
         rownorm.explain(torch.randn(4, 65, 256, device="cuda"), "rms_norm", 1).kernel == "streamed"
     )
     assert rownorm.explain(torch.empty(0, 8, device="cuda"), "softmax").path == "empty"
+
+
+@cuda_only
+def test_explain_prefetch_stages():
+    # Rows kept in flight into shared memory: softmax / log_softmax forward on 512 threads x 8
+    # packs (bf16 rows of 16385..32768: the wide CTA on every GPU), not rms_norm, not a
+    # backward; packed strided tiles of one-input ops (forwards).
+    rows = torch.randn(2, 32768, device="cuda", dtype=torch.bfloat16)
+    for op in ("softmax", "log_softmax"):
+        plan = rownorm.explain(rows, op)
+        assert (plan.tier, plan.threads, plan.packs, plan.stages) == ("cta", 512, 8, 2), plan.raw
+        assert "the next 2 rows in flight" in str(plan)
+        assert rownorm.explain(rows, op, backward=True).stages is None
+    assert rownorm.explain(rows, "rms_norm").stages is None
+    assert rownorm.explain(rows[:, :16384], "softmax").stages is None  # 512 x 4 packs
+    x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16)
+    plan = rownorm.explain(x, "rms_norm", 1)
+    assert (plan.kernel, plan.stages) == ("packed", 2) and "next 2 tiles" in str(plan)
+    assert rownorm.explain(x, "rms_norm", 1, backward=True).stages is None
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

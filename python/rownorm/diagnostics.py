@@ -17,7 +17,17 @@ import torch
 
 logger = logging.getLogger("rownorm")
 
-_INT_KEYS = ("rows", "n", "vec", "lanes_per_row", "threads", "cluster", "packs", "chunks")
+_INT_KEYS = (
+    "rows",
+    "n",
+    "vec",
+    "lanes_per_row",
+    "threads",
+    "cluster",
+    "packs",
+    "stages",
+    "chunks",
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,8 @@ class Plan:
         threads: threads per CTA.
         cluster: cluster tier: CTAs per row.
         packs: 16-byte packs per thread held in registers (the row is read once).
+        stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
+            being reduced; None where loads go straight to registers.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
@@ -58,6 +70,7 @@ class Plan:
     threads: int | None = None
     cluster: int | None = None
     packs: int | None = None
+    stages: int | None = None
     kernel: str | None = None
     param_grads: str | None = None
     chunks: int | None = None
@@ -94,6 +107,8 @@ def _describe(p: Plan) -> str:
             f"streaming, one CTA of {p.threads} threads per row, loads of {p.vec} elements "
             "(the row is read more than once)"
         )
+    if p.stages:
+        text += f"; the next {p.stages} {'tiles' if p.path == 'strided' else 'rows'} in flight"
     if p.param_grads == "fused":
         text += f"; parameter gradients fused ({p.chunks} chunk partials per column sum)"
     elif p.param_grads == "two-pass":

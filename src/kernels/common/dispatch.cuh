@@ -100,18 +100,20 @@ cudaError_t ResidentCtas(int* ctas) {
   });
 }
 
-// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) on the wide CTA
-// and cluster tiers, kThreads x kVecs packs a CTA: ops of one input (the forwards), as many
-// stages as fit kRowPrefetchBytes, at least two; 0 (rows loaded into registers) otherwise.
-constexpr int kRowPrefetchBytes = 96 * 1024;
-template <class Args, int kThreads, int kVecs>
+// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) of a kThreads x
+// kVecs configuration: two for ops with kPrefetchRows (op_traits.h) on the 512-thread x 8-pack
+// ones; 0 (rows loaded straight into registers) elsewhere.
+static_assert(kWideClusterThreads == kWideCtaThreads && kClusterVecs == kWideCtaVecs,
+              "the wide CTA and the wide cluster share one CTA shape");
+template <class Op, class Args, int kThreads, int kVecs>
 constexpr int RowStages() {
-  constexpr int stage = kThreads * kVecs * kPackBytes;
-  return Args::kNumIn != 1 ? 0 : std::max(2, kRowPrefetchBytes / stage);
+  const bool wide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
+  return OpTraits<Op>::kPrefetchRows && Args::kNumIn == 1 && wide ? 2 : 0;
 }
-template <class Args, int kThreads, int kVecs>
+template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t RowStageBytes() {
-  return size_t{RowStages<Args, kThreads, kVecs>()} * kThreads * kVecs * kPackBytes * Args::kNumIn;
+  return size_t{RowStages<Op, Args, kThreads, kVecs>()} * kThreads * kVecs * kPackBytes *
+         Args::kNumIn;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -124,7 +126,7 @@ constexpr auto ClusterKernel() {
     return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
   } else {
     return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster,
-                            RowStages<Args, kThreads, kVecs>()>;
+                            RowStages<Op, Args, kThreads, kVecs>()>;
   }
 }
 
@@ -152,7 +154,7 @@ template <class Op, class Args, int kThreads, int kCluster>
 cudaError_t CoResidentClusters(int device, int* clusters) {
   static PerDevice<int> cache;
   return cache.Get(device, clusters, [](int, int* out) {
-    constexpr size_t kSmem = RowStageBytes<Args, kThreads, kClusterVecs>();
+    constexpr size_t kSmem = RowStageBytes<Op, Args, kThreads, kClusterVecs>();
     auto kernel = ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>();
     cudaError_t err = cudaSuccess;
     if (kCluster > 8) {
@@ -194,8 +196,20 @@ cudaError_t CoResidentClusters(int device, const RowPlan& plan, int* clusters) {
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
 
+// The wide CTA kernel with rows prefetched (RowStages > 0), and how many of its CTAs the device
+// holds at once: 0 where not one fits (then the kernel without stages runs).
+template <class Op, class Args>
+constexpr auto PrefetchingWideCta =
+    CtaRowKernel<Op, Args, Args::kPackWidth, kWideCtaVecs, kWideCtaThreads,
+                 RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>()>;
+template <class Op, class Args>
+cudaError_t PrefetchingWideCtas(int* ctas) {
+  return ResidentCtas<PrefetchingWideCta<Op, Args>, kWideCtaThreads,
+                      RowStageBytes<Op, Args, kWideCtaThreads, kWideCtaVecs>()>(ctas);
+}
+
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
-// cannot co-schedule replaced by streaming.
+// cannot co-schedule replaced by streaming, and the rows in flight the launcher keeps.
 template <class Op, class Args>
 cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   int device = 0;
@@ -211,6 +225,15 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       if (err != cudaSuccess) return err;
       if (clusters == 0) *plan = StreamingPlan(plan->vec);
     }
+    constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
+    if constexpr (kStages > 0) {
+      if (plan->threads == kWideCtaThreads && plan->packs == kWideCtaVecs) {
+        int ctas = 1;  // a wide cluster that runs at all runs with its stages
+        if (plan->tier == RowTier::kCta) err = PrefetchingWideCtas<Op, Args>(&ctas);
+        if (err != cudaSuccess) return err;
+        plan->stages = ctas > 0 ? kStages : 0;
+      }
+    }
   }
   return cudaSuccess;
 }
@@ -220,12 +243,13 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
 // runs at once.
 template <class Op, class Args, int kThreads, int kCluster>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  constexpr size_t kSmem = RowStageBytes<Args, kThreads, kClusterVecs>();
+  constexpr size_t kSmem = RowStageBytes<Op, Args, kThreads, kClusterVecs>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
   if constexpr (kSmem > 0) {
     int device = 0, resident = 0;
     cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = CoResidentClusters<Op, Args, kThreads, kCluster>(device, &resident);
+    if (err == cudaSuccess)
+      err = CoResidentClusters<Op, Args, kThreads, kCluster>(device, &resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
@@ -256,18 +280,14 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
-  if constexpr (kVecs == kWideCtaVecs) {  // the wide CTA: rows prefetched (RowStages)
-    constexpr int kStages = RowStages<Args, kThreads, kVecs>();
-    if constexpr (kStages > 0) {
-      constexpr size_t kSmem = RowStageBytes<Args, kThreads, kVecs>();
-      constexpr auto kernel = CtaRowKernel<Op, Args, kVec, kVecs, kThreads, kStages>;
-      int ctas = 0;
-      const cudaError_t err = ResidentCtas<kernel, kThreads, kSmem>(&ctas);
-      if (err != cudaSuccess) return err;
-      if (ctas > 0) {  // a persistent grid; else the kernel without stages
-        kernel<<<GridFor(std::min<int64_t>(a.rows, ctas)), kThreads, kSmem, stream>>>(a, op);
-        return cudaGetLastError();
-      }
+  if constexpr (RowStages<Op, Args, kThreads, kVecs>() > 0) {
+    int ctas = 0;
+    const cudaError_t err = PrefetchingWideCtas<Op, Args>(&ctas);
+    if (err != cudaSuccess) return err;
+    if (ctas > 0) {  // a persistent grid; else the kernel without stages
+      PrefetchingWideCta<Op, Args><<<GridFor(std::min<int64_t>(a.rows, ctas)), kThreads,
+                                     RowStageBytes<Op, Args, kThreads, kVecs>(), stream>>>(a, op);
+      return cudaGetLastError();
     }
   }
   CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
@@ -434,8 +454,8 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
           const cudaError_t err = ResidentCtas<kernel, kTx * kTy, kSmem>(&ctas);
           if (err != cudaSuccess) return err;
           if (ctas > 0) {  // a persistent grid; else the kernel without stages
-            kernel<<<GridFor(std::min<int64_t>(pack_tiles, ctas)), dim3(kTx, kTy), kSmem,
-                     stream>>>(a, op);
+            kernel<<<GridFor(std::min<int64_t>(pack_tiles, ctas)), dim3(kTx, kTy), kSmem, stream>>>(
+                a, op);
             return cudaGetLastError();
           }
         }

@@ -10,6 +10,7 @@
 //     static constexpr int kOut = 1;         // optional, default 1: row-shaped outputs
 //     static constexpr bool kWideCluster;    // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
+//     static constexpr bool kPrefetchRows;   // optional, default false (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -35,6 +36,12 @@
 // kWideCluster = false: the body needs more than 128 registers per thread with 8 packs of every
 // input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
 // wide cluster) and run on 256-thread clusters or streaming instead of spilling.
+//
+// kPrefetchRows = true (ops of one input): on the 512-thread x 8-pack configurations (the wide
+// CTA and the wide cluster, one CTA per SM) the next rows are kept in flight into shared memory
+// while the current one is reduced and stored (PrefetchedRows, tier_kernels.cuh). It paid for
+// softmax only: 0.83-0.90x the time on the H200, where rms_norm and l2_normalize took up to
+// 1.26x and every 256-thread cluster 1.1-1.3x (benchmarks/results/h200/NOTES.md §4).
 //
 // kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
 // sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
@@ -66,6 +73,11 @@ template <class Op>
 struct WideCluster<Op, std::void_t<decltype(Op::kWideCluster)>>
     : std::bool_constant<Op::kWideCluster> {};
 template <class Op, class = void>
+struct PrefetchRows : std::false_type {};
+template <class Op>
+struct PrefetchRows<Op, std::void_t<decltype(Op::kPrefetchRows)>>
+    : std::bool_constant<Op::kPrefetchRows> {};
+template <class Op, class = void>
 struct ColumnSumCount : std::integral_constant<int, 0> {};
 template <class Op>
 struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
@@ -78,6 +90,7 @@ struct OpTraits {
   static constexpr int kOut = op_traits_detail::OutCount<Op>::value;
   static constexpr bool kWideCluster = op_traits_detail::WideCluster<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
+  static constexpr bool kPrefetchRows = op_traits_detail::PrefetchRows<Op>::value;
 };
 
 template <class Op>

@@ -58,6 +58,7 @@ struct RowPlan {
   int threads = 0;  // threads per CTA
   int cluster = 0;  // kCluster: CTAs per row
   int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
+  int stages = 0;   // rows in flight ahead of the current one (set by the launcher's planning)
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
@@ -318,6 +319,7 @@ inline std::string Describe(const RowPlan& p) {
   s += " threads=" + std::to_string(p.threads);
   if (p.tier == RowTier::kCluster) s += " cluster=" + std::to_string(p.cluster);
   if (p.tier != RowTier::kStreaming) s += " packs=" + std::to_string(p.packs);
+  if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   return s;
 }
 

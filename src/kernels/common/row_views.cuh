@@ -309,9 +309,8 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   };
 
   ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
-    return LoadWith(team, args, row, valid, [](int, int, const TIn* src, Pack<TIn, kVec>& dst) {
-      dst.Load(src);
-    });
+    return LoadWith(team, args, row, valid,
+                    [](int, int, const TIn* src, Pack<TIn, kVec>& dst) { dst.Load(src); });
   }
 
   // A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows): thread t's
@@ -321,7 +320,8 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   };
 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
-  ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row, Stage& stage) {
+  ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,
+                                      Stage& stage) {
     const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, true), args.n);
     const Ownership<Team, kVec> own(team, geo, true);
     ForEachOwnedPack(args, row, true, geo, own, [&](int k, int i, const TIn* src) {

@@ -216,9 +216,8 @@ struct StridedTile {
   // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage) {
     const int t = threadIdx.y * kTx + threadIdx.x;
-    ForEachOwned(StridedOperands<Args>(a, o, i), [&](int k, int c, const TIn* src) {
-      CopyPackAsync(&stage.packs[k][c][t], src);
-    });
+    ForEachOwned(StridedOperands<Args>(a, o, i),
+                 [&](int k, int c, const TIn* src) { CopyPackAsync(&stage.packs[k][c][t], src); });
   }
 
   // Writes the gathered outputs.

@@ -46,9 +46,10 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
 
 // Rows first, first + step, ... of one team (uniform across it), with the packs of the next
 // kStages rows in flight into shared memory (cp.async) while the current row is reduced and
-// stored: loaded straight into registers, a CTA of the wide CTA or the cluster tier (one or two
-// per SM) had nothing in flight from its row's barriers to its last store. The kernel's
-// dynamic shared memory holds kStages Row::Stage.
+// stored: loaded straight into registers, a CTA of 512 threads x 8 packs (one per SM) has
+// nothing in flight from its row's barriers to its last store. Used where it measured faster
+// (OpTraits::kPrefetchRows, dispatch.cuh's RowStages). The kernel's dynamic shared memory
+// holds kStages Row::Stage.
 template <class Row, class Op, class Args, class Team, int kStages>
 ROWNORM_DEVICE void PrefetchedRows(const Args& args, const Op& op, Team& team, int64_t first,
                                    int64_t step) {
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const 
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   if constexpr (kStages > 0) {
-    PrefetchedRows<Row, Op, Args, CtaTeam<kThreads>, kStages>(args, op, team, blockIdx.x, gridDim.x);
+    PrefetchedRows<Row, Op, Args, CtaTeam<kThreads>, kStages>(args, op, team, blockIdx.x,
+                                                              gridDim.x);
   } else {
     for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
       Row r(team, args, row, true);
@@ -287,8 +289,8 @@ __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, c
 // PlanStridedOp): a persistent CTA runs tiles blockIdx.x, + gridDim.x, ... and keeps the
 // packs of its next kStages tiles in flight into shared memory (cp.async) while it reduces and
 // stores the current one. Loaded straight into registers, a CTA had nothing in flight from its
-// barrier to its last store, and two CTAs per SM reached 1.34x a copy's time on the H200
-// (channel RMSNorm; benchmarks/results/h200/NOTES.md).
+// barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200 (channel
+// RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md §4).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kStages>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes>;
@@ -298,7 +300,9 @@ __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args 
   constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const int64_t total = args.outer * tiles;
-  const auto column = [&](int64_t t) { return (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes; };
+  const auto column = [&](int64_t t) {
+    return (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
+  };
   const auto prefetch = [&](int64_t t, int s) {
     if (t < total) Tile::Prefetch(args, t / tiles, column(t), stages[s]);
     CommitAsyncCopies();  // one group per tile, empty past the end, so that the count holds
