@@ -77,27 +77,43 @@ inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
 
-// How many CTAs of kKernel (kThreads threads, kSmem bytes of dynamic shared memory) the current
-// device holds at once: the grid of a persistent kernel. Read once per device, when the
-// kernel's dynamic shared memory limit is raised to kSmem; 0 where not one CTA fits.
-template <auto kKernel, int kThreads, size_t kSmem>
-cudaError_t ResidentCtas(int* ctas) {
+// How many CTAs of kKernel (`threads` threads, always the same for a kernel; kSmem bytes of
+// dynamic shared memory) the current device holds at once: the grid of a persistent kernel.
+// Read once per device, when the kernel's dynamic shared memory limit is raised to kSmem; 0
+// where not one CTA fits.
+template <auto kKernel, size_t kSmem>
+cudaError_t ResidentCtas(int threads, int* ctas) {
   static PerDevice<int> cache;
   int device = 0;
   const cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  return cache.Get(device, ctas, [](int d, int* out) {
+  return cache.Get(device, ctas, [threads](int d, int* out) {
     int per_sm = 0, sms = 0;
     cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kSmem));
     if (e == cudaSuccess) {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, kSmem);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, kSmem);
     }
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
     if (e != cudaSuccess) (void)cudaGetLastError();  // "none fits", not a sticky error
     *out = e == cudaSuccess ? per_sm * sms : 0;
     return cudaSuccess;
   });
+}
+
+// Launches kKernel over `units` as a persistent grid of the CTAs the device holds at once
+// (ResidentCtas), with kSmem bytes of dynamic shared memory; *launched = false, launching
+// nothing, where not one CTA fits (the caller then runs a kernel without stages).
+template <auto kKernel, size_t kSmem, class... KernelArgs>
+cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, bool* launched,
+                             const KernelArgs&... args) {
+  int ctas = 0;
+  const cudaError_t err =
+      ResidentCtas<kKernel, kSmem>(static_cast<int>(block.x * block.y * block.z), &ctas);
+  *launched = err == cudaSuccess && ctas > 0;
+  if (!*launched) return err;
+  kKernel<<<GridFor(std::min<int64_t>(units, ctas)), block, kSmem, stream>>>(args...);
+  return cudaGetLastError();
 }
 
 // Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) of a kThreads x
@@ -112,8 +128,8 @@ constexpr int RowStages() {
 }
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t RowStageBytes() {
-  return size_t{RowStages<Op, Args, kThreads, kVecs>()} * kThreads * kVecs * kPackBytes *
-         Args::kNumIn;
+  return RowStages<Op, Args, kThreads, kVecs>() *
+         sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -204,8 +220,9 @@ constexpr auto PrefetchingWideCta =
                  RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>()>;
 template <class Op, class Args>
 cudaError_t PrefetchingWideCtas(int* ctas) {
-  return ResidentCtas<PrefetchingWideCta<Op, Args>, kWideCtaThreads,
-                      RowStageBytes<Op, Args, kWideCtaThreads, kWideCtaVecs>()>(ctas);
+  return ResidentCtas<PrefetchingWideCta<Op, Args>,
+                      RowStageBytes<Op, Args, kWideCtaThreads, kWideCtaVecs>()>(kWideCtaThreads,
+                                                                                ctas);
 }
 
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
@@ -281,14 +298,11 @@ template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   if constexpr (RowStages<Op, Args, kThreads, kVecs>() > 0) {
-    int ctas = 0;
-    const cudaError_t err = PrefetchingWideCtas<Op, Args>(&ctas);
-    if (err != cudaSuccess) return err;
-    if (ctas > 0) {  // a persistent grid; else the kernel without stages
-      PrefetchingWideCta<Op, Args><<<GridFor(std::min<int64_t>(a.rows, ctas)), kThreads,
-                                     RowStageBytes<Op, Args, kThreads, kVecs>(), stream>>>(a, op);
-      return cudaGetLastError();
-    }
+    bool launched = false;
+    const cudaError_t err =
+        LaunchPersistent<PrefetchingWideCta<Op, Args>, RowStageBytes<Op, Args, kThreads, kVecs>()>(
+            a.rows, kThreads, stream, &launched, a, op);
+    if (err != cudaSuccess || launched) return err;
   }
   CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
@@ -445,19 +459,15 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
       if constexpr (!std::is_same_v<typename Args::InElem, double>) {
         constexpr int kLanes = Args::kPackWidth;
         const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
-        if constexpr (Args::kNumIn == 1) {  // later tiles in flight (plan.h)
+        constexpr int kStages = StridedStages<Args>();
+        if constexpr (kStages > 0) {  // later tiles in flight
           using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
-          constexpr size_t kSmem = kStridedStages * sizeof(typename Tile::Stage);
-          constexpr auto kernel =
-              StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStridedStages>;
-          int ctas = 0;
-          const cudaError_t err = ResidentCtas<kernel, kTx * kTy, kSmem>(&ctas);
-          if (err != cudaSuccess) return err;
-          if (ctas > 0) {  // a persistent grid; else the kernel without stages
-            kernel<<<GridFor(std::min<int64_t>(pack_tiles, ctas)), dim3(kTx, kTy), kSmem, stream>>>(
-                a, op);
-            return cudaGetLastError();
-          }
+          bool launched = false;
+          const cudaError_t err = LaunchPersistent<
+              StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStages>,
+              kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream, &launched,
+                                                      a, op);
+          if (err != cudaSuccess || launched) return err;
         }
         StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>
             <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);

@@ -273,6 +273,12 @@ constexpr int kStridedTy = 8;
 constexpr int kStridedCache = 8;
 constexpr int kStridedStages = 2;
 
+// Tiles in flight ahead of the current one on the packed path of `Args`' problems.
+template <class Args>
+constexpr int StridedStages() {
+  return Args::kNumIn == 1 ? kStridedStages : 0;
+}
+
 struct StridedPlan {
   StridedKind kernel = StridedKind::kStreamed;
   int lanes = 1;   // adjacent columns per thread (a pack with kPacked)
@@ -296,7 +302,7 @@ StridedPlan PlanStridedOp(const Args& a) {
     packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
   }
   if (!packs) return {StridedKind::kCached, 1};
-  return {StridedKind::kPacked, kLanes, Args::kNumIn == 1 ? kStridedStages : 0};
+  return {StridedKind::kPacked, kLanes, StridedStages<Args>()};
 }
 
 // ---------------------------------------------------------------------------------------

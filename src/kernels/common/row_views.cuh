@@ -127,6 +127,14 @@ struct ColumnSums {
   Acc v[kK][kVecs][kVec];
 };
 
+// A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows, through
+// CachedRow::Prefetch): thread t's pack k of input i at [k][i][t] (a warp's 16-byte accesses
+// contiguous). The launcher sizes the kernel's shared memory from it.
+template <class Args, int kVec, int kVecs, int kThreads>
+struct RowStage {
+  Pack<typename Args::InElem, kVec> packs[kVecs][Args::kNumIn][kThreads];
+};
+
 // ---------------------------------------------------------------------------------------
 // Row views.
 
@@ -313,11 +321,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
                     [](int, int, const TIn* src, Pack<TIn, kVec>& dst) { dst.Load(src); });
   }
 
-  // A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows): thread t's
-  // pack k of input i at [k][i][t] (a warp's 16-byte accesses contiguous).
-  struct Stage {
-    Pack<TIn, kVec> packs[kVecs][kIn][Team::kThreads];
-  };
+  using Stage = RowStage<Args, kVec, kVecs, Team::kThreads>;
 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,

@@ -44,31 +44,47 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   }
 }
 
-// Rows first, first + step, ... of one team (uniform across it), with the packs of the next
-// kStages rows in flight into shared memory (cp.async) while the current row is reduced and
-// stored: loaded straight into registers, a CTA of 512 threads x 8 packs (one per SM) has
-// nothing in flight from its row's barriers to its last store. Used where it measured faster
-// (OpTraits::kPrefetchRows, dispatch.cuh's RowStages). The kernel's dynamic shared memory
-// holds kStages Row::Stage.
+// The loop of the prefetching kernels: units (rows, tiles) first, first + step, ... below
+// `end`, with the next kStages units' packs in flight into shared memory (cp.async) while the
+// current one is reduced and stored. prefetch(u, s) issues unit u's copies into stage s;
+// process(u, s, refill) runs unit u from stage s (its copies have landed) and calls refill()
+// once it has used every staged pack, which puts unit u + kStages·step in flight into stage s.
+// Each thread reads back only the packs it copied itself: no barrier beyond the op's own.
+template <int kStages, class Prefetch, class Process>
+ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Prefetch prefetch,
+                                  Process process) {
+  static_assert(kStages >= 2, "one stage would leave nothing in flight while a unit is processed");
+  const auto issue = [&](int64_t u, int s) {
+    if (u < end) prefetch(u, s);
+    CommitAsyncCopies();  // one group per unit, empty past the end, so that the count holds
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) issue(first + s * step, s);
+  int s = 0;
+  for (int64_t u = first; u < end; u += step) {
+    WaitAsyncCopies<kStages - 1>();  // unit u's group, the oldest in flight
+    process(u, s, [&] { issue(u + kStages * step, s); });
+    s = s + 1 == kStages ? 0 : s + 1;
+  }
+}
+
+// Rows first, first + step, ... of one team (uniform across it) through PipelineUnits: loaded
+// straight into registers, a CTA of 512 threads x 8 packs (one per SM) has nothing in flight
+// from its row's barriers to its last store. Used where it measured faster
+// (OpTraits::kPrefetchRows, dispatch.cuh's RowStages). The kernel's dynamic shared memory holds
+// kStages Row::Stage.
 template <class Row, class Op, class Args, class Team, int kStages>
 ROWNORM_DEVICE void PrefetchedRows(const Args& args, const Op& op, Team& team, int64_t first,
                                    int64_t step) {
-  static_assert(kStages >= 2, "one stage would leave nothing in flight while a row is processed");
   auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
-  const auto prefetch = [&](int64_t row, int s) {
-    if (row < args.rows) Row::Prefetch(team, args, row, stages[s]);
-    CommitAsyncCopies();  // one group per row, empty past the end, so that the count holds
-  };
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) prefetch(first + s * step, s);
-  int s = 0;
-  for (int64_t row = first; row < args.rows; row += step) {
-    WaitAsyncCopies<kStages - 1>();  // this row's group, the oldest in flight
-    Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
-    op(r);
-    prefetch(row + kStages * step, s);  // the row's stores have used every staged pack
-    s = s + 1 == kStages ? 0 : s + 1;
-  }
+  PipelineUnits<kStages>(
+      first, step, args.rows,
+      [&](int64_t row, int s) { Row::Prefetch(team, args, row, stages[s]); },
+      [&](int64_t row, int s, auto refill) {
+        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
+        op(r);
+        refill();  // the row's stores have used every staged pack
+      });
 }
 
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kStages = 0>
@@ -299,26 +315,18 @@ __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args 
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
-  const int64_t total = args.outer * tiles;
   const auto column = [&](int64_t t) {
     return (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
   };
-  const auto prefetch = [&](int64_t t, int s) {
-    if (t < total) Tile::Prefetch(args, t / tiles, column(t), stages[s]);
-    CommitAsyncCopies();  // one group per tile, empty past the end, so that the count holds
-  };
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) prefetch(blockIdx.x + int64_t{s} * gridDim.x, s);
-  int s = 0;
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    WaitAsyncCopies<kStages - 1>();  // tile t's group, the oldest in flight
-    Tile tile(storage, parity, args, t / tiles, column(t), stages[s]);
-    RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
-    // The lanes' reductions used every staged pack before their barriers: stage s is free.
-    prefetch(t + int64_t{kStages} * gridDim.x, s);
-    tile.Flush();
-    s = s + 1 == kStages ? 0 : s + 1;
-  }
+  PipelineUnits<kStages>(
+      blockIdx.x, gridDim.x, args.outer * tiles,
+      [&](int64_t t, int s) { Tile::Prefetch(args, t / tiles, column(t), stages[s]); },
+      [&](int64_t t, int s, auto refill) {
+        Tile tile(storage, parity, args, t / tiles, column(t), stages[s]);
+        RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
+        refill();  // the lanes' reductions used every staged pack before their barriers
+        tile.Flush();
+      });
 }
 
 #endif  // __CUDACC__
