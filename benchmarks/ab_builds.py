@@ -39,12 +39,13 @@ OPS = (
 )
 
 
-def cases(ops: tuple[str, ...] = OPS) -> list[dict]:
+def cases(ops: tuple[str, ...] = OPS, ns: tuple[int, ...] | None = None) -> list[dict]:
+    """The cases; ``ns``: these row lengths in both dtypes instead of ROW_NS (fp32: a subset)."""
     out = []
     for op in ops:
         for dtype, elems in (("bfloat16", 1 << 27), ("float32", 1 << 26)):
-            for n in ROW_NS:
-                if dtype == "float32" and n not in (1024, 16384, 262144):
+            for n in ROW_NS if ns is None else ns:
+                if ns is None and dtype == "float32" and n not in (1024, 16384, 262144):
                     continue
                 out.append({"op": op, "dtype": dtype, "shape": [elems // n, n], "dim": -1})
     for op in [o for o in ("rms_norm", "l2_normalize") if o in ops]:
@@ -53,7 +54,7 @@ def cases(ops: tuple[str, ...] = OPS) -> list[dict]:
     return out
 
 
-def worker(iters: int, ops: tuple[str, ...], samples: int = 3) -> None:
+def worker(iters: int, ops: tuple[str, ...], ns: tuple[int, ...] | None, samples: int = 3) -> None:
     import rownorm
     import torch
 
@@ -114,7 +115,7 @@ def worker(iters: int, ops: tuple[str, ...], samples: int = 3) -> None:
         return statistics.median(times)
 
     results = {}
-    for case in cases(ops):
+    for case in cases(ops, ns):
         for backward in (False, True):
             key = json.dumps([case, backward])
             results[key] = run(case, backward)
@@ -129,11 +130,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timed sample")
     parser.add_argument("--ops", default=",".join(OPS), help="comma list of ops (default: all)")
+    parser.add_argument(
+        "--ns", default=None, help="comma list of row lengths, both dtypes (default: ROW_NS)"
+    )
     parser.add_argument("--out", default=None, help="markdown report path")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.iters, tuple(args.ops.split(",")))
+        ns = None if args.ns is None else tuple(int(n) for n in args.ns.split(","))
+        worker(args.iters, tuple(args.ops.split(",")), ns)
         return
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for rep in range(args.reps):
@@ -147,6 +152,7 @@ def main() -> None:
                 str(args.iters),
                 "--ops",
                 args.ops,
+                *([] if args.ns is None else ["--ns", args.ns]),
                 "--a",
                 "",
                 "--b",

@@ -225,7 +225,20 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
                   re.escape(f"{saved} must be {FLOATING}, got int64")))  # fmt: skip
     msg = re.escape(f"{saved} must have at least one dimension, got a 0-d tensor")
     cases.append(("saved 0-d", case, with_saved(torch.tensor(1.5, device=device)), msg))
-    if op.has_eps:
+    backward_names = [a.name for a in case.backward_op._schema.arguments]
+    if "stats" in backward_names:  # layer_norm's: the forward's (mean, rstd), shaped like x
+        stats = case.backward_args(dys, good, -1, outs, want)[backward_names.index("stats")]
+        acc = dtype_name(stats.dtype)
+        for what, s, msg in (
+            ("stats dtype", stats.half(), re.escape(f"stats must be {acc} for a float32 x on ")
+                                          + r"\S+, got float16"),
+            ("stats shape", stats[:, :1], re.escape("stats must have shape (3, 2) (x's, with 2 "
+                                                    "along dim 1), got (3, 1)")),
+        ):  # fmt: skip
+            a = list(args())
+            a[backward_names.index("stats")] = s
+            cases.append((what, case, tuple(a), msg))
+    if op.has_eps and "eps" in backward_names:
         bad_eps = dataclasses.replace(case, eps=-1.0)
         cases.append(("eps", bad_eps, args(c=bad_eps), re.escape("eps must be >= 0, got -1")))
     if not op.last_dim_only:

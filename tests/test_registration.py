@@ -150,8 +150,8 @@ SCHEMAS = {
                          "-> (Tensor, Tensor)",
     "layer_norm": "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, int dim=-1, "
                   "float eps=1e-05) -> Tensor",
-    "layer_norm_backward": "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, int dim, "
-                           "float eps, bool weight_grad, bool bias_grad) "
+    "layer_norm_backward": "layer_norm_backward(Tensor grad, Tensor x, Tensor stats, "
+                           "Tensor? weight, int dim, bool weight_grad, bool bias_grad) "
                            "-> (Tensor, Tensor, Tensor)",
     "softmax": "softmax(Tensor x, int dim=-1) -> Tensor",
     "softmax_backward": "softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor",
@@ -165,6 +165,14 @@ SCHEMAS = {
                              "float weight_offset=0.) -> (Tensor, Tensor)",
 }  # fmt: skip
 
+# The forwards that also return what their backward reads (what autograd runs for the op of
+# the name without the suffix).
+WITH_STATS_SCHEMAS = {
+    "layer_norm_with_stats": "layer_norm_with_stats(Tensor x, Tensor? weight=None, "
+                             "Tensor? bias=None, int dim=-1, float eps=1e-05) "
+                             "-> (Tensor y, Tensor stats)",
+}  # fmt: skip
+
 # The diagnostics (rownorm.explain): text about the plan of a call, not row ops of the table.
 DIAGNOSTIC_SCHEMAS = {
     "plan_info": "plan_info(Tensor x, str op, int dim=-1, bool backward=False, "
@@ -176,14 +184,15 @@ DIAGNOSTIC_SCHEMAS = {
 
 def test_schemas():
     """The registered ops are exactly the table's ops and their backward ops plus the
-    diagnostics, with these schemas (a snapshot of ``op._schema``, compared parsed); none
-    mutates its inputs."""
+    saving forwards and the diagnostics, with these schemas (a snapshot of ``op._schema``,
+    compared parsed); none mutates its inputs."""
     names = [n for op in op_names() for n in (op, op + "_backward")]
     assert sorted(names) == sorted(SCHEMAS), "the op table and the schema snapshot differ"
     registered = sorted(n for n in dir(torch.ops.rownorm) if isinstance(
         getattr(torch.ops.rownorm, n, None), torch._ops.OpOverloadPacket))  # fmt: skip
-    assert registered == sorted(SCHEMAS | DIAGNOSTIC_SCHEMAS), f"registered ops: {registered}"
-    for name, text in (SCHEMAS | DIAGNOSTIC_SCHEMAS).items():
+    everything = SCHEMAS | WITH_STATS_SCHEMAS | DIAGNOSTIC_SCHEMAS
+    assert registered == sorted(everything), f"registered ops: {registered}"
+    for name, text in everything.items():
         schema = getattr(torch.ops.rownorm, name).default._schema
         assert schema == torch._C.parse_schema("rownorm::" + text), str(schema)
         assert not schema.is_mutable, name

@@ -123,6 +123,62 @@ def check_param(
     )
 
 
+def _acc_dtype(x: torch.Tensor) -> torch.dtype:
+    """The accumulator of the kernels on x's device: float32 on CUDA (float64 for float64 x),
+    float64 on the CPU."""
+    return torch.float32 if x.device.type == "cuda" and x.dtype != torch.float64 else torch.float64
+
+
+def row_stats_shape(x: torch.Tensor, dim: int) -> tuple[int, ...]:
+    """The shape of a forward's per-row statistics over x's (wrapped) dim: x's, with 2 along
+    dim."""
+    return (*x.shape[:dim], 2, *x.shape[dim + 1 :])
+
+
+def new_row_stats(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """A forward's per-row statistics as the kernels allocate them (src/bindings/rowwise.h,
+    NewRowStats): ``row_stats_shape``, laid out as (rows, 2) in row order, in the accumulator
+    dtype of x's device."""
+    outer = 1
+    for s in x.shape[:dim]:
+        outer *= s
+    inner = 1
+    for s in x.shape[dim + 1 :]:
+        inner *= s
+    pairs = torch.empty((outer, inner, 2), dtype=_acc_dtype(x), device=x.device)
+    return pairs.transpose(1, 2).view(row_stats_shape(x, dim))
+
+
+def check_row_stats(
+    op: str, name: str, stats: torch.Tensor, x_name: str, x: torch.Tensor, dim: int
+) -> None:
+    """A backward's per-row statistics (called ``name``) of x (called ``x_name``): x's device,
+    the accumulator dtype, ``row_stats_shape``; ``dim`` is the wrapped dim."""
+    torch._check(
+        stats.device == x.device,
+        lambda: (
+            f"{op}: {name} must be on {x_name}'s device ({_device_name(x.device)}), "
+            f"got {_device_name(stats.device)}"
+        ),
+    )
+    acc = _acc_dtype(x)
+    torch._check(
+        stats.dtype == acc,
+        lambda: (
+            f"{op}: {name} must be {dtype_name(acc)} for a {dtype_name(x.dtype)} {x_name} on "
+            f"{_device_name(x.device)}, got {dtype_name(stats.dtype)}"
+        ),
+    )
+    shape = row_stats_shape(x, dim)
+    torch._check(
+        stats.shape == shape,
+        lambda: (
+            f"{op}: {name} must have shape {str(shape)} ({x_name}'s, with 2 along dim {dim}), "
+            f"got {_shape_name(stats)}"
+        ),
+    )
+
+
 # rms_norm / add_rms_norm's casting modes: how the normalized value ŷ meets the weight.
 CASTING_MODES = ("once", "llama")
 

@@ -23,9 +23,11 @@ from rownorm._checks import (
     check_eps,
     check_like,
     check_param,
+    check_row_stats,
     check_rowwise_input,
     check_weight_offset,
     dtype_name,
+    new_row_stats,
     resolve_eps,
 )
 
@@ -96,6 +98,10 @@ _UNSUPPORTED_KEYS += ("QuantizedCPU", "QuantizedCUDA", "NestedTensorCPU", "Neste
 _LIB = torch.library.Library("rownorm", "IMPL")  # kept alive: deleting it unregisters
 
 
+# The name of a forward's per-row statistics, as its output and as its backward's argument.
+_STATS = "stats"
+
+
 def _overload(name: str) -> torch._ops.OpOverload:
     return getattr(torch.ops.rownorm, name).default
 
@@ -140,10 +146,11 @@ def _fake(name: str):
 
     The reduced tensor is the first required tensor but ``grad`` (x; the y or r a backward op
     reads). Checked: it and dim (an op without a dim reduces the last), eps (None: F.rms_norm's
-    default), every other tensor but the parameters against it (residual, grad, grad_residual;
-    absent ones skipped), the parameters, every ``<param>_grad`` flag against its parameter
-    (where the op takes it), the options of ``_OPTIONS`` it takes. Outputs: new tensors like
-    the reduced one, then one parameter gradient per ``*_grad`` flag.
+    default), every other tensor but the parameters and ``stats`` against it (residual, grad,
+    grad_residual; absent ones skipped), ``stats`` (a forward's per-row statistics), the
+    parameters, every ``<param>_grad`` flag against its parameter (where the op takes it), the
+    options of ``_OPTIONS`` it takes. Outputs: new tensors like the reduced one (per-row
+    statistics for a return named ``stats``), then one parameter gradient per ``*_grad`` flag.
     """
     op = _overload(name)
     schema = op._schema
@@ -153,10 +160,11 @@ def _fake(name: str):
         a.name for a in tensors if isinstance(a.type, torch._C.TensorType) and a.name != "grad"
     )
     params = [a.name for a in tensors if a.name in _PARAMS]
-    likes = [a.name for a in tensors if a.name not in (main, *params)]
+    likes = [a.name for a in tensors if a.name not in (main, *params, _STATS)]
+    stats_arg = _STATS in names
     flags = [n for n in names if n.endswith("_grad") and n.removesuffix("_grad") in _PARAMS]
     options = [n for n in names if n in _OPTIONS]
-    row_outputs = len(schema.returns) - len(flags)
+    row_outputs = [r.name == _STATS for r in schema.returns[: len(schema.returns) - len(flags)]]
 
     def fake(*args, **kwargs):
         a = _bind(op, args, kwargs)
@@ -167,6 +175,8 @@ def _fake(name: str):
         for other in likes:
             if a[other] is not None:
                 check_like(name, other, a[other], main, x)
+        if stats_arg:
+            check_row_stats(name, _STATS, a[_STATS], main, x, dim)
         for p in params:
             check_param(name, p, a[p], main, x, dim)
         for flag in flags:
@@ -177,14 +187,18 @@ def _fake(name: str):
             )
         for option in options:
             _OPTIONS[option](name, a)
-        outs = [_new_like(x) for _ in range(row_outputs)]
+        outs = [new_row_stats(x, dim) if stats else _new_like(x) for stats in row_outputs]
         outs += [_param_grad(x, dim, a[flag]) for flag in flags]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return fake
 
 
-for _op in (*_OPS, *(f"{op}_backward" for op in _OPS)):
+# Forward ops that also return per-row statistics for their backward (what autograd runs; the
+# op of the same name without the suffix returns the output alone).
+_WITH_STATS = ("layer_norm_with_stats",)
+
+for _op in (*_OPS, *(f"{op}_backward" for op in _OPS), *_WITH_STATS):
     _reject_unsupported(_op)
     torch.library.register_fake(f"rownorm::{_op}", _fake(_op), lib=_LIB)
 del _op
@@ -242,23 +256,29 @@ def _forward_ad(op, name: str, args, kwargs):
     return dual(out, ref)
 
 
-def _autograd_function(op, backward, setup_context) -> type[torch.autograd.Function]:
+def _autograd_function(op, backward, setup_context, saving=None) -> type[torch.autograd.Function]:
     """The autograd.Function of ``op``: the op below autograd, ``setup_context`` given every
     argument (the ones left out filled with the schema's defaults, read once here), and
     ``backward``. torch.library's generated Function refills the defaults from the schema on
     every call, which rebuilds the schema's argument list once per argument: about 10 µs, the
-    larger part of a small call's autograd cost (benchmarks/host_overhead.py)."""
+    larger part of a small call's autograd cost (benchmarks/host_overhead.py).
+
+    ``saving``: an op of the same arguments run instead of ``op``, returning op's output and
+    then what the backward needs (layer_norm_with_stats for layer_norm): ``setup_context``
+    gets all of its outputs, the caller op's output alone.
+    """
     schema = op._schema
     if any(a.kwarg_only for a in schema.arguments):
         raise AssertionError(f"{op}: keyword-only arguments are not supported here")
     defaults = tuple(a.default_value for a in schema.arguments)
+    run = op if saving is None else saving
 
     def forward(ctx, keyset, *args):
         with torch._C._AutoDispatchBelowAutograd():
-            out = op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+            out = run.redispatch(keyset & torch._C._after_autograd_keyset, *args)
         if setup_context is not None:
             setup_context(ctx, args + defaults[len(args) :], out)
-        return out
+        return out if saving is None else out[0]
 
     def backward_(ctx, *grads):
         needs = ctx.needs_input_grad  # (keyset, *args)
@@ -281,7 +301,7 @@ def _autograd_function(op, backward, setup_context) -> type[torch.autograd.Funct
     )
 
 
-def _register_autograd(qualname: str, backward, setup_context=None) -> None:
+def _register_autograd(qualname: str, backward, setup_context=None, saving=None) -> None:
     """``torch.library.register_autograd``, plus forward-mode AD and clear errors.
 
     torch.library's kernel handles only reverse mode: a forward-mode tangent is dropped (the
@@ -290,11 +310,11 @@ def _register_autograd(qualname: str, backward, setup_context=None) -> None:
     setup_context. This kernel computes the tangent of the forward ops (``_forward_ad``),
     raises an error naming the op for the backward ops and the torch.func grad transforms,
     runs the op below autograd where no input requires grad, and otherwise applies the op's
-    ``_autograd_function``.
+    ``_autograd_function`` (``saving``: see there).
     """
     op = torch._library.utils.lookup_op(qualname)
     name = qualname.removeprefix("rownorm::")
-    function = _autograd_function(op, backward, setup_context)
+    function = _autograd_function(op, backward, setup_context, saving)
 
     def kernel(keyset, *args):
         if fwAD._current_level >= 0 and _has_tangent(args):
@@ -442,21 +462,21 @@ _register_no_double_backward("rms_norm")
 
 def _layer_norm_setup_context(ctx, inputs, output) -> None:
     x, weight, bias, dim, eps = inputs
-    # The backward recomputes mean and rstd from x; the bias itself is not needed (dbias =
-    # Σ_rows dy), only its dtype.
-    ctx.save_for_backward(x, weight)
+    _, stats = output  # layer_norm_with_stats's: y and the per-row (mean, rstd)
+    # The backward reads x and the forward's (mean, rstd), so it reduces each row once; the
+    # bias itself is not needed (dbias = Σ_rows dy), only its dtype.
+    ctx.save_for_backward(x, stats, weight)
     ctx.bias_dtype = None if bias is None else bias.dtype
     ctx.dim = dim
-    ctx.eps = eps
 
 
-def _layer_norm_backward(ctx, grad: torch.Tensor):
-    x, weight = ctx.saved_tensors
+def _layer_norm_backward(ctx, grad: torch.Tensor, _grad_stats=None):
+    x, stats, weight = ctx.saved_tensors
     need_x, need_w, need_b = _needs_input_grad(ctx, 3)
     grad_x = grad_w = grad_b = None
     if need_x or need_w or need_b:
         dx, dw, db = torch.ops.rownorm.layer_norm_backward(
-            grad, x, weight, ctx.dim, ctx.eps, need_w, need_b
+            grad, x, stats, weight, ctx.dim, need_w, need_b
         )
         grad_x = dx if need_x else None
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
@@ -465,7 +485,22 @@ def _layer_norm_backward(ctx, grad: torch.Tensor):
 
 
 _register_autograd(
-    "rownorm::layer_norm", _layer_norm_backward, setup_context=_layer_norm_setup_context
+    "rownorm::layer_norm",
+    _layer_norm_backward,
+    setup_context=_layer_norm_setup_context,
+    saving=torch.ops.rownorm.layer_norm_with_stats.default,
+)
+
+
+def _layer_norm_with_stats_setup_context(ctx, inputs, output) -> None:
+    _layer_norm_setup_context(ctx, inputs, output)
+    ctx.mark_non_differentiable(output[1])  # the statistics pass no gradient
+
+
+_register_autograd(
+    "rownorm::layer_norm_with_stats",
+    _layer_norm_backward,
+    setup_context=_layer_norm_with_stats_setup_context,
 )
 _register_no_double_backward("layer_norm")
 
@@ -578,6 +613,8 @@ def _vmap_x_rule(name: str):
     read off its schema)."""
     op = _overload(name)
     n_params = sum(a.name in _PARAMS for a in op._schema.arguments)
+    # Every output (a per-row statistics tensor too) has x's dims: batched at the front.
+    out_dims = 0 if len(op._schema.returns) == 1 else (0,) * len(op._schema.returns)
 
     def rule(info, in_dims, *args):
         args, in_dims = _full_args(op, args, in_dims)
@@ -595,12 +632,12 @@ def _vmap_x_rule(name: str):
                 (x, *params),
             )
         xb = _to_front(x, in_dims[0], info.batch_size)
-        return op(xb, *params, _batched_dim(dim), *rest), 0
+        return op(xb, *params, _batched_dim(dim), *rest), out_dims
 
     return rule
 
 
-for _name in _OPS:
+for _name in (*_OPS, *_WITH_STATS):
     if _name != "add_rms_norm":  # reduces the last dim of two inputs: its own rule below
         torch.library.register_vmap(f"rownorm::{_name}", _vmap_x_rule(_name), lib=_LIB)
 del _name

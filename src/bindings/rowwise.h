@@ -9,6 +9,7 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "bindings/utils.h"
 #include "kernels/common/args.h"
@@ -272,6 +273,48 @@ inline Tensor NewStats(const Tensor& x, int64_t rows) {
   return torch::stable::new_empty(x, {rows, 2}, AccDtype(x));
 }
 
+// The shape of a forward's per-row statistics over x's dim: x's, with 2 along dim (so that a
+// placement of x, e.g. a DTensor shard of the rows, fits them as it is).
+inline std::vector<int64_t> RowStatsShape(const Tensor& x, int64_t dim) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[dim] = 2;
+  return shape;
+}
+
+// A forward's per-row statistics (layer_norm's (μ, r)): RowStatsShape(x, dim), laid out as the
+// kernels write them, (rows, 2) in the row order of the problem (row o·inner + i, the pair
+// adjacent), so that the dim of 2 has stride 1. In AccDtype(x).
+inline Tensor NewRowStats(const Tensor& x, int64_t dim) {
+  const StridedShape s = StridedShapeOf(x, dim);
+  const Tensor pairs = torch::stable::new_empty(x, {s.outer, s.inner, 2}, AccDtype(x));
+  return torch::stable::view(torch::stable::transpose(pairs, 1, 2), RowStatsShape(x, dim));
+}
+
+// The statistics `stats` (named `name`) a backward op takes, checked against x and dim (device,
+// dtype, shape), in NewRowStats's layout: a copy where the given strides differ (a tensor the
+// forward did not make, or one that was moved since, e.g. gathered by DTensor).
+inline Tensor RowStatsOf(const char* op, const char* name, const Tensor& stats, const char* x_name,
+                         const Tensor& x, int64_t dim) {
+  ROWNORM_CHECK(stats.device() == x.device(), op, ": ", name, " must be on ", x_name, "'s device (",
+                DeviceString(x), "), got ", DeviceString(stats));
+  ROWNORM_CHECK(DtypeCode(stats) == static_cast<int32_t>(AccDtype(x)), op, ": ", name, " must be ",
+                DtypeName(AccDtype(x)), " for a ", DtypeName(DtypeCode(x)), " ", x_name, " on ",
+                DeviceString(x), ", got ", DtypeName(DtypeCode(stats)));
+  const std::vector<int64_t> shape = RowStatsShape(x, dim);
+  bool same = stats.dim() == x.dim();
+  for (int64_t i = 0; same && i < x.dim(); ++i) same = stats.size(i) == shape[i];
+  ROWNORM_CHECK(same, op, ": ", name, " must have shape ", ShapeString(shape), " (", x_name,
+                "'s, with 2 along dim ", dim, "), got ", ShapeString(stats));
+  Tensor laid = NewRowStats(x, dim);
+  bool layout = true;
+  for (int64_t i = 0; layout && i < x.dim(); ++i) {
+    layout = stats.size(i) <= 1 || stats.stride(i) == laid.stride(i);
+  }
+  if (layout) return stats;
+  torch::stable::copy_(laid, stats);
+  return laid;
+}
+
 // The fused path of parameter gradients (CUDA, row tiers): runs `op` (float accumulation, no
 // saved statistics) with column sums, writing dx; returns {dweight, dbias} (float32, (d,) or
 // (0,) when not requested), or nothing where the path does not apply (then nothing ran).
@@ -364,9 +407,13 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
 // statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{}, Acc{}, stats)` returns
 // the backward op for element type T, parameter type W and accumulator Acc, saving its
 // statistics to `stats` (an Acc*, nullptr: none). kStrided as in RunOp.
+//
+// `saved`: the forward's per-row statistics (NewRowStats's layout), which the op reads itself;
+// then the two-pass path reads them too and `make` is given nullptr.
 template <bool kStrided, int kIn, class MakeOp>
 std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, const Tensor& dx,
-                                   ScalarType param_dtype, bool want_w, bool want_b, MakeOp make) {
+                                   ScalarType param_dtype, bool want_w, bool want_b, MakeOp make,
+                                   const std::optional<Tensor>& saved = std::nullopt) {
   const Tensor& x = p.in[0];
   const bool empty = x.numel() == 0;
   if ((want_w || want_b) && !empty) {
@@ -382,8 +429,8 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
     });
     if (grads.has_value()) return *grads;
   }
-  const bool save_stats = want_w && !empty;
-  Tensor stats = NewStats(x, save_stats ? p.outer * p.inner : 0);
+  const bool save_stats = want_w && !empty && !saved.has_value();
+  Tensor stats = saved.has_value() ? *saved : NewStats(x, save_stats ? p.outer * p.inner : 0);
   if (!empty) {
     DispatchFloating(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
@@ -419,6 +466,16 @@ Acc OpScalar(double v) {
 template <typename Acc>
 bool OpScalar(bool v) {
   return v;
+}
+
+// An op's per-row statistics output (a tensor of AccDtype(x), or none), given to the op as its
+// data pointer in the accumulator type (nullptr: none).
+struct RowStatsOut {
+  const Tensor* stats;
+};
+template <typename Acc>
+Acc* OpScalar(RowStatsOut s) {
+  return s.stats == nullptr ? nullptr : static_cast<Acc*>(s.stats->data_ptr());
 }
 
 // What every binding writing new outputs of x's shape does after its checks, on x's device

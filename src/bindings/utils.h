@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/common/types.cuh"
 
@@ -75,10 +76,13 @@ inline int32_t DtypeCode(const Tensor& t) {
   return code;
 }
 
-inline std::string ShapeString(const Tensor& t) {
+inline std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + (t.dim() == 1 ? ",)" : ")");
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+inline std::string ShapeString(const Tensor& t) {
+  return ShapeString(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
 }
 
 inline void CheckFloating(const char* op, const char* name, const Tensor& t) {

@@ -3,22 +3,25 @@
 // kernels/common/op_traits.h.
 //
 //   forward   μ = mean(x), var = mean((x − μ)²) (biased, two passes over the row: stable),
-//             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b
+//             r = 1/sqrt(var + eps), y = (x − μ)·r·w + b; saves (μ, r) per row when asked
+//             (layer_norm_with_stats: what autograd runs).
 //             The mean is taken shifted by the row's first element x₀: μ = x₀ + Σ(x − x₀)/n.
 //             On a constant row c every x − x₀ is 0, so μ = c exactly and x − μ = 0 as in
 //             torch (y = b; NaN for eps = 0, where var is 0), where Σx/n rounds and gives
 //             ŷ = ±1 whenever (c − Σx/n)² ≫ eps. Same cost as Σx/n: one sum per pass, and the
 //             one extra load of x₀ is a cache hit.
-//   backward  ŷ = (x − μ)·r, g = w⊙dy;  dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
+//   backward  from the forward's (μ, r): ŷ = (x − μ)·r, g = w⊙dy;
+//             dx = r·(g − mean(g) − ŷ·mean(ŷ⊙g))
 //             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where plan.h's
-//             PlanFusedSums takes them: with two sums, groups of 16+ lanes and short CTA
-//             rows; else kernels/param_grad.h from the (μ, r) saved per row here)
+//             PlanFusedSums takes them, else kernels/param_grad.h from the same (μ, r))
 //
-// Both passes run over the row where the tier caches it (registers), so the row is read from
-// memory once; the streaming tier reads it once per pass. Two all-reduces per row: merging
-// per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured slower on
-// the cluster tier, although a second all-reduce costs a cluster barrier there
-// (benchmarks/results/h100/NOTES.md §6 has the numbers).
+// The forward runs both passes over the row where the tier caches it (registers), so the row is
+// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row:
+// merging per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured
+// slower on the cluster tier, although a second all-reduce costs a cluster barrier there
+// (benchmarks/results/h100/NOTES.md §6 has the numbers). The backward reads the saved (μ, r)
+// (8 bytes a row) instead of making them again, so it reduces once per row, as rms_norm's
+// does: its second all-reduce was a second barrier between the loads and the stores.
 #pragma once
 
 #include <type_traits>
@@ -42,6 +45,7 @@ struct LayerNormFwdOp {
   Acc eps;
   const W* weight;  // (n,) or nullptr
   const W* bias;    // (n,) or nullptr
+  Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -52,6 +56,10 @@ struct LayerNormFwdOp {
       return d * d;
     }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
+    if (stats != nullptr && row.Leader()) {
+      stats[2 * row.Index()] = mu;
+      stats[2 * row.Index() + 1] = r;
+    }
     StoreWith(
         row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
         ParamList<W, 2>{{weight, bias}, {1.0f, 0.0f}});
@@ -64,9 +72,8 @@ struct LayerNormBwdOp {
   static constexpr int kIn = 2;                // x, dy
   static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
   static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
-  Acc eps;
-  const W* weight;  // (n,) or nullptr
-  Acc* stats;       // (rows, 2): (μ, r) per row, or nullptr
+  const W* weight;                             // (n,) or nullptr
+  const Acc* stats;                            // (rows, 2): the forward's (μ, r) per row
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -77,20 +84,17 @@ struct LayerNormBwdOp {
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
     const W* w = weight;
-    // μ, then (Σ(x − μ)², Σg, Σ(x − μ)·g)
-    const Acc mu = ShiftedMean(row);
-    const Array<Acc, 3> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
-      const Acc d = v[0] - mu;
+    // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
+    const int64_t at = row.Valid() ? 2 * row.Index() : 0;
+    const Acc mu = stats[at];
+    const Acc r = stats[at + 1];
+    // (Σg, Σ(x − μ)·g): one all-reduce
+    const Array<Acc, 2> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
       const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
-      return Array<Acc, 3>{{d * d, g, d * g}};
+      return Array<Acc, 2>{{g, (v[0] - mu) * g}};
     });
-    const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
-    const Acc mean_g = s[1] / n;
-    const Acc c = r * r * s[2] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
-    if (stats != nullptr && row.Leader()) {
-      stats[2 * row.Index()] = mu;
-      stats[2 * row.Index() + 1] = r;
-    }
+    const Acc mean_g = s[0] / n;
+    const Acc c = r * r * s[1] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
     StoreWith(
         row,
         [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* pw) {

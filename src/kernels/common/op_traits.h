@@ -25,6 +25,9 @@
 //   row.Size(), row.Index()       the row length and the row's number;
 //   row.Leader()                  true in exactly one thread of the row (per-row side outputs
 //                                 such as saved statistics, written through the op's pointers);
+//   row.Valid()                   false in the threads of a row past the end (a group's or a
+//                                 strided tile's spare lanes): a per-row side input (saved
+//                                 statistics) must not be read at Index() there;
 //   Row::kCached                  whether another Reduce is free (row in registers);
 //   PrefersOneRound<Row>          whether an all-reduce is expensive (a cluster barrier), so
 //                                 that statistics needing two are better made from

@@ -153,6 +153,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 
   ROWNORM_DEVICE int64_t Size() const { return n_; }
   ROWNORM_DEVICE int64_t Index() const { return row_; }
+  ROWNORM_DEVICE bool Valid() const { return valid_; }
   ROWNORM_DEVICE bool Leader() const {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
   }

@@ -102,6 +102,7 @@ class StridedRow
   // per-row results (each column is one thread's; ty == 0 holds it).
   ROWNORM_DEVICE int64_t Size() const { return at_.d; }
   ROWNORM_DEVICE int64_t Index() const { return at_.index; }
+  ROWNORM_DEVICE bool Valid() const { return at_.valid; }
   ROWNORM_DEVICE bool Leader() const { return at_.valid && threadIdx.y == 0; }
   ROWNORM_DEVICE Acc First() const { return ToAcc(at_.in[0][0]); }
 
@@ -263,6 +264,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
 
   ROWNORM_DEVICE int64_t Size() const { return t_.at.d; }
   ROWNORM_DEVICE int64_t Index() const { return t_.at.index + J; }
+  ROWNORM_DEVICE bool Valid() const { return t_.at.valid; }
   ROWNORM_DEVICE bool Leader() const { return t_.at.valid && threadIdx.y == 0; }
   ROWNORM_DEVICE Acc First() const { return ToAcc(t_.at.in[0][J]); }
 

@@ -33,6 +33,7 @@ class CpuRow : public RowOps<CpuRow<Args>, double> {
 
   int64_t Size() const { return d_; }
   int64_t Index() const { return index_; }
+  bool Valid() const { return true; }
   bool Leader() const { return true; }
   Acc First() const { return static_cast<Acc>(ToAcc(in_[0][0])); }
 
