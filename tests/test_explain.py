@@ -251,8 +251,9 @@ def test_explain_param_grads(op, dtype):
         # The fused path (plan.h, PlanFusedSums): rows the table gives a 4-pack CTA or a warp
         # x 8 packs, up to 256 threads x 2 packs, run as a 2-pack CTA (two sums: up to 128
         # threads, or fp32); longer 4-pack CTA rows with one sum, those of 512 threads x 2
-        # packs with three row inputs (add_rms_norm) as 512 threads x 2 packs; 4-pack groups,
-        # with 8 lanes at the least (fp32 rows of up to 64, 4-lane groups in the table).
+        # packs with three row inputs (add_rms_norm) or two fp32 sums (layer_norm) as 512
+        # threads x 2 packs; 4-pack groups, with 8 lanes at the least (fp32 rows of up to 64,
+        # 4-lane groups in the table).
         vec = 16 // elem
         cta4 = row["tier"] == "cta" and row.get("packs") == "4"
         warp8 = row["tier"] == "group" and row.get("packs") == "8"
@@ -262,12 +263,16 @@ def test_explain_param_grads(op, dtype):
             and (sums == 1 or m <= 128 * 2 * vec or elem == 4)
         )
         group4 = row["tier"] == "group" and row.get("packs") == "4"
-        fused = two_pack or (cta4 and sums == 1) or group4
+        wide_pipe = (
+            cta4
+            and (op == "add_rms_norm" or (sums == 2 and elem == 4))
+            and 256 * 2 * vec < m <= 512 * 2 * vec
+        )
+        fused = two_pack or (cta4 and sums == 1) or group4 or wide_pipe
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
             lanes = max(int(row["lanes_per_row"]), 8)
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
-        wide_pipe = cta4 and op == "add_rms_norm" and 256 * 2 * vec < m <= 512 * 2 * vec
         if two_pack or wide_pipe:
             threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)

@@ -426,7 +426,9 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     if (k.packs == kFusedSumVecs && k.threads == 256) {
       return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
     }
-    if constexpr (OpTraits<Op>::kColumnSums == 1 && Args::kNumIn == 3) {  // add_rms_norm
+    // add_rms_norm, and fp32 layer_norm
+    if constexpr (Args::kNumIn == 3 ||
+                  (OpTraits<Op>::kColumnSums == 2 && sizeof(typename Args::InElem) == 4)) {
       if (k.packs == kFusedSumVecs && k.threads == 512) {
         return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream);
       }

@@ -217,8 +217,12 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // Rows of 512 threads x 2 packs (8192 16-bit / 4096 fp32) with three row inputs
   // (add_rms_norm's dy, x + r and its gradient): one CTA of 512 with two rows in flight took
   // 0.91x the time of 256 threads x 4 packs one row at a time; with two inputs (rms_norm) it
-  // took 1.06x (NOTES.md §18).
-  if (cta && column_sums == 1 && row_inputs == 3 && n <= int64_t{512} * kFusedSumVecs * vec) {
+  // took 1.06x (NOTES.md §18). fp32 rows of two sums (layer_norm, whose backward reduces once
+  // since it reads the forward's (mean, rstd)): 0.86x the two-pass time at 4096; bf16 rows of
+  // two sums here and on 256 threads x 2 packs took the two-pass time (0.99-1.01x), so they
+  // stay two-pass (NOTES.md §23).
+  if (cta && (row_inputs == 3 || (column_sums == 2 && elem_size == 4)) &&
+      n <= int64_t{512} * kFusedSumVecs * vec) {
     return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, 512, 0, kFusedSumVecs},
                         (rows + kFusedChunkRows - 1) / kFusedChunkRows};
   }
