@@ -275,3 +275,20 @@ def test_double_backward_raises(device, op_id):
     grads = torch.autograd.grad(outs, list(leaves.values()), random_grads(outs), create_graph=True)
     with pytest.raises((RuntimeError, NotImplementedError), match="double backward"):
         torch.autograd.grad(sum(g.square().sum() for g in grads), leaves["x"])
+
+
+def test_layer_norm_backward_takes_stats_of_any_layout(device):
+    """layer_norm_backward reads the forward's (mean, rstd) in the layout the forward made
+    (pairs adjacent, rows in order); stats of the same values in another layout (a contiguous
+    copy, as a DTensor gather makes) give the same gradients, bit for bit."""
+    x = randn((4, 5, 6), torch.float32, device)
+    dy = randn((4, 5, 6), torch.float32, device)
+    w = randn((5,), torch.float32, device)
+    y, stats = torch.ops.rownorm.layer_norm_with_stats(x, w, None, 1, 1e-5)
+    assert stats.shape == (4, 2, 6) and stats.stride(1) == 1
+    moved = stats.contiguous()
+    assert moved.stride() != stats.stride()
+    want = torch.ops.rownorm.layer_norm_backward(dy, x, stats, w, 1, True, True)
+    got = torch.ops.rownorm.layer_norm_backward(dy, x, moved, w, 1, True, True)
+    for g, h in zip(got, want, strict=True):
+        assert torch.equal(g, h)
