@@ -5,6 +5,8 @@ float64 reference."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -139,12 +141,7 @@ def new_row_stats(x: torch.Tensor, dim: int) -> torch.Tensor:
     """A forward's per-row statistics as the kernels allocate them (src/bindings/rowwise.h,
     NewRowStats): ``row_stats_shape``, laid out as (rows, 2) in row order, in the accumulator
     dtype of x's device."""
-    outer = 1
-    for s in x.shape[:dim]:
-        outer *= s
-    inner = 1
-    for s in x.shape[dim + 1 :]:
-        inner *= s
+    outer, inner = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1 :])
     pairs = torch.empty((outer, inner, 2), dtype=_acc_dtype(x), device=x.device)
     return pairs.transpose(1, 2).view(row_stats_shape(x, dim))
 

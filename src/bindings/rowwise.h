@@ -281,9 +281,23 @@ inline std::vector<int64_t> RowStatsShape(const Tensor& x, int64_t dim) {
   return shape;
 }
 
-// A forward's per-row statistics (layer_norm's (μ, r)): RowStatsShape(x, dim), laid out as the
-// kernels write them, (rows, 2) in the row order of the problem (row o·inner + i, the pair
-// adjacent), so that the dim of 2 has stride 1. In AccDtype(x).
+// The strides of RowStatsShape(x, dim) laid out as the kernels write the statistics: (rows, 2)
+// in the row order of the problem (row o·inner + i, the pair adjacent), so the dim of 2 has
+// stride 1 and the others are those of a contiguous (outer dims..., inner dims..., 2).
+inline std::vector<int64_t> RowStatsStrides(const Tensor& x, int64_t dim) {
+  std::vector<int64_t> strides(x.dim());
+  int64_t step = 2;
+  for (int64_t i = x.dim() - 1; i >= 0; --i) {
+    if (i == dim) continue;
+    strides[i] = step;
+    step *= x.size(i);
+  }
+  strides[dim] = 1;
+  return strides;
+}
+
+// A forward's per-row statistics (layer_norm's (μ, r)): RowStatsShape(x, dim) with
+// RowStatsStrides(x, dim). In AccDtype(x).
 inline Tensor NewRowStats(const Tensor& x, int64_t dim) {
   const StridedShape s = StridedShapeOf(x, dim);
   const Tensor pairs = torch::stable::new_empty(x, {s.outer, s.inner, 2}, AccDtype(x));
@@ -305,12 +319,13 @@ inline Tensor RowStatsOf(const char* op, const char* name, const Tensor& stats, 
   for (int64_t i = 0; same && i < x.dim(); ++i) same = stats.size(i) == shape[i];
   ROWNORM_CHECK(same, op, ": ", name, " must have shape ", ShapeString(shape), " (", x_name,
                 "'s, with 2 along dim ", dim, "), got ", ShapeString(stats));
-  Tensor laid = NewRowStats(x, dim);
+  const std::vector<int64_t> strides = RowStatsStrides(x, dim);
   bool layout = true;
   for (int64_t i = 0; layout && i < x.dim(); ++i) {
-    layout = stats.size(i) <= 1 || stats.stride(i) == laid.stride(i);
+    layout = stats.size(i) <= 1 || stats.stride(i) == strides[i];
   }
   if (layout) return stats;
+  Tensor laid = NewRowStats(x, dim);
   torch::stable::copy_(laid, stats);
   return laid;
 }
