@@ -76,6 +76,35 @@ def test_param_grads_deterministic(device, op_id, dtype):
                 assert torch.equal(part["x"], first["x"][sl]), f"{shape}: dx depends on the batch"
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_staged_param_grads_many_chunks_per_cta(dtype):
+    """layer_norm's fused column sums on the staged persistent kernel (plan.h: 64-row chunks,
+    a grid of the CTAs the GPU holds at once). With ten chunks per SM every CTA runs several
+    chunks in turn, its row pipeline crossing their boundaries: the sums match the reference
+    and are bit-identical run to run. (The shapes of test_param_grads_deterministic give a
+    CTA one chunk at most.)"""
+    import rownorm
+
+    op = OPS["layer_norm"]
+    n = 2048 if dtype == torch.bfloat16 else 1024  # 128 threads x 2 packs, the most CTAs per SM
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = randn((64 * 10 * sms + 37, n), dtype, "cuda")
+    plan = rownorm.explain(x, "layer_norm", backward=True, param_grads=True)
+    assert (plan.param_grads, plan.stages, plan.chunk_rows) == ("fused", 2, 64), plan.raw
+    inp = op.inputs(x, -1)
+    case = raw_case(op, x)
+    outs = case.raw(inp, -1)
+    dys = random_grads(outs)
+    want = frozenset(op.params)
+    first = case.raw_backward(dys, inp, -1, outs, want)
+    check_grads(case, inp, -1, dys, first, what=f"{tuple(x.shape)}")
+    again = case.raw_backward(dys, inp, -1, outs, want)
+    for name in ("x", *op.params):
+        assert torch.equal(first[name], again[name]), f"d{name} differs between runs"
+
+
 @pytest.mark.parametrize("op_id", families())
 def test_forward_backward_batch_invariant(device, op_id):
     """A row's output and dx are bit-identical whatever the batch it is computed in.

@@ -249,33 +249,28 @@ def test_explain_param_grads(op, dtype):
         )
         row = table(m, elem, clusters, wide)
         # The fused path (plan.h, PlanFusedSums): rows the table gives a 4-pack CTA or a warp
-        # x 8 packs, up to 256 threads x 2 packs, run as a 2-pack CTA (two sums: up to 128
-        # threads, or fp32); longer 4-pack CTA rows with one sum, those of 512 threads x 2
-        # packs with three row inputs (add_rms_norm) or two fp32 sums (layer_norm) as 512
-        # threads x 2 packs; 4-pack groups, with 8 lanes at the least (fp32 rows of up to 64,
-        # 4-lane groups in the table).
+        # x 8 packs run as a 2-pack CTA: two sums (layer_norm) up to 512 threads x 2 packs,
+        # staged, on 64-row chunks; one sum up to 256 threads x 2 packs, and up to 512 with
+        # three row inputs (add_rms_norm); longer 4-pack CTA rows with one sum as they are;
+        # 4-pack groups, with 8 lanes at the least (fp32 rows of up to 64, 4-lane groups in
+        # the table).
         vec = 16 // elem
         cta4 = row["tier"] == "cta" and row.get("packs") == "4"
         warp8 = row["tier"] == "group" and row.get("packs") == "8"
-        two_pack = (
-            (cta4 or warp8)
-            and m <= 256 * 2 * vec
-            and (sums == 1 or m <= 128 * 2 * vec or elem == 4)
-        )
+        limit = 512 if sums == 2 or op == "add_rms_norm" else 256
+        two_pack = (cta4 or warp8) and m <= limit * 2 * vec
         group4 = row["tier"] == "group" and row.get("packs") == "4"
-        wide_pipe = (
-            cta4
-            and (op == "add_rms_norm" or (sums == 2 and elem == 4))
-            and 256 * 2 * vec < m <= 512 * 2 * vec
-        )
-        fused = two_pack or (cta4 and sums == 1) or group4 or wide_pipe
+        fused = two_pack or (cta4 and sums == 1) or group4
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
             lanes = max(int(row["lanes_per_row"]), 8)
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
-        if two_pack or wide_pipe:
+        if two_pack:
             threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
+            assert plan.stages == (2 if sums == 2 else None), (m, plan.raw)
+            assert f" chunk_rows={64 if sums == 2 else 16}" in plan.raw, (m, plan.raw)
+            assert plan.chunks == -(-40 // (64 if sums == 2 else 16)), (m, plan.raw)
         if fused:
             assert plan.chunks >= 1
         else:

@@ -27,6 +27,7 @@ _INT_KEYS = (
     "packs",
     "stages",
     "chunks",
+    "chunk_rows",
 )
 
 
@@ -54,6 +55,7 @@ class Plan:
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
         chunks: fused: partials per column sum.
+        chunk_rows: fused, CTA tier: rows per chunk (the rows one partial sums, in order).
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 
@@ -74,6 +76,7 @@ class Plan:
     kernel: str | None = None
     param_grads: str | None = None
     chunks: int | None = None
+    chunk_rows: int | None = None
     raw: str = ""
 
     def __str__(self) -> str:
@@ -110,7 +113,8 @@ def _describe(p: Plan) -> str:
     if p.stages:
         text += f"; the next {p.stages} {'tiles' if p.path == 'strided' else 'rows'} in flight"
     if p.param_grads == "fused":
-        text += f"; parameter gradients fused ({p.chunks} chunk partials per column sum)"
+        rows = f" of {p.chunk_rows} rows" if p.chunk_rows else ""
+        text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"
     elif p.param_grads == "two-pass":
         text += "; parameter gradients in a second pass (saved per-row statistics)"
     return text

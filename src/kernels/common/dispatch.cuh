@@ -369,16 +369,49 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
-// The fused plan of `a` on the current device, or nothing where the fused path does not apply.
+// The staged fused-sum kernel of a kThreads x kFusedSumVecs configuration, its shared memory,
+// and how many of its CTAs the device holds at once (0: none fits; CtaRowSumsKernel runs the
+// same chunks instead).
+template <class Op, class Args, int kThreads>
+constexpr auto StagedSumKernel =
+    CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kFusedSumVecs, kThreads, kStagedChunkRows,
+                           kFusedSumStages>;
+template <class Args, int kThreads>
+constexpr size_t StagedSumBytes() {
+  return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kFusedSumVecs, kThreads>);
+}
+template <class Op, class Args>
+cudaError_t StagedSumCtas(int threads, int* ctas) {
+  switch (threads) {
+    case 128:
+      return ResidentCtas<StagedSumKernel<Op, Args, 128>, StagedSumBytes<Args, 128>()>(128, ctas);
+    case 256:
+      return ResidentCtas<StagedSumKernel<Op, Args, 256>, StagedSumBytes<Args, 256>()>(256, ctas);
+    case 512:
+      return ResidentCtas<StagedSumKernel<Op, Args, 512>, StagedSumBytes<Args, 512>()>(512, ctas);
+  }
+  return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+}
+
+// The fused plan of `a` on the current device, or nothing where the fused path does not apply;
+// a staged plan whose CTA does not fit the device runs unstaged (the same chunks).
 template <class Op, class Args>
 cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   int device = 0;
   DeviceInfo dev;
-  const cudaError_t err = GetDeviceInfo(&device, &dev);
+  cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
                         OpTraits<Op>::kColumnSums, Args::kNumIn);
+  if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
+    if (plan->has_value() && (*plan)->kernel.stages > 0) {
+      int ctas = 0;
+      err = StagedSumCtas<Op, Args>((*plan)->kernel.threads, &ctas);
+      if (err != cudaSuccess) return err;
+      if (ctas == 0) (*plan)->kernel.stages = 0;
+    }
+  }
   return cudaSuccess;
 }
 
@@ -393,15 +426,30 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
   return cudaGetLastError();
 }
 
-template <class Op, class Args, int kThreads, int kVecs>
+template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                              cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   // Two packs per thread: the pipelined kernel (tier_kernels.cuh); four: one row at a time.
-  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kFusedChunkRows, kVecs == kFusedSumVecs>
-      <<<GridFor((a.rows + kFusedChunkRows - 1) / kFusedChunkRows), kThreads, 0, stream>>>(a, op,
-                                                                                           partial);
+  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kVecs == kFusedSumVecs>
+      <<<GridFor((a.rows + kRows - 1) / kRows), kThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
+}
+
+// Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
+template <class Op, class Args, int kThreads>
+cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
+                                  AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
+  if (plan.kernel.stages == kFusedSumStages) {
+    bool launched = false;
+    const cudaError_t err =
+        LaunchPersistent<StagedSumKernel<Op, Args, kThreads>, StagedSumBytes<Args, kThreads>()>(
+            plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
+    if (err != cudaSuccess || launched) return err;
+  }
+  return LaunchCtaRowSums<Op, Args, kThreads, kFusedSumVecs, kStagedChunkRows>(a, op, partial,
+                                                                               stream);
 }
 
 // Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
@@ -420,20 +468,26 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       }
       return cudaErrorInvalidConfiguration;
     }
-    if (k.packs == kFusedSumVecs && k.threads == 128) {
-      return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream);
-    }
-    if (k.packs == kFusedSumVecs && k.threads == 256) {
-      return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
-    }
-    // add_rms_norm, and fp32 layer_norm
-    if constexpr (Args::kNumIn == 3 ||
-                  (OpTraits<Op>::kColumnSums == 2 && sizeof(typename Args::InElem) == 4)) {
-      if (k.packs == kFusedSumVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream);
+    if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 2 packs, 64-row chunks
+      if (k.packs == kFusedSumVecs) {
+        switch (k.threads) {
+          case 128: return LaunchCtaRowSumsOfTwo<Op, Args, 128>(a, op, plan, partial, stream);
+          case 256: return LaunchCtaRowSumsOfTwo<Op, Args, 256>(a, op, plan, partial, stream);
+          case 512: return LaunchCtaRowSumsOfTwo<Op, Args, 512>(a, op, plan, partial, stream);
+        }
       }
-    }
-    if constexpr (OpTraits<Op>::kColumnSums == 1) {  // four packs only with one sum
+    } else {
+      if (k.packs == kFusedSumVecs && k.threads == 128) {
+        return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream);
+      }
+      if (k.packs == kFusedSumVecs && k.threads == 256) {
+        return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
+      }
+      if constexpr (Args::kNumIn == 3) {  // add_rms_norm
+        if (k.packs == kFusedSumVecs && k.threads == 512) {
+          return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream);
+        }
+      }
       if (k.packs == kCtaVecs && k.threads == 256) {
         return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream);
       }

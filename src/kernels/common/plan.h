@@ -177,19 +177,36 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 // 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
 // while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
 // thread slots empty). A group runs 32 rows (groups are many).
+//
+// Two column sums (LayerNorm) write twice the partials, and their CTAs hold more registers
+// (two CTAs of 256 per SM): there a persistent grid runs chunks of 64 rows, each CTA chunks
+// blockIdx.x, + gridDim.x, ..., with the next rows staged in shared memory (kFusedSumStages
+// row loads in flight, cp.async) — CtaRowSumsStagedKernel. The chunks, and so the results, are
+// the same whatever the grid: CtaRowSumsKernel runs the same 64-row chunks where no staged CTA
+// fits (benchmarks/results/h100/NOTES.md §24 has the measurements).
 constexpr int kFusedChunkRows = 16;
+constexpr int kStagedChunkRows = 64;
+constexpr int kFusedSumStages = 2;
 constexpr int kFusedGroupRows = 32;
 constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
 
 struct FusedSumPlan {
-  RowPlan kernel;      // CtaRowSumsKernel (tier kCta) or GroupRowSumsKernel (kGroup)
+  // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0) or
+  // GroupRowSumsKernel (kGroup)
+  RowPlan kernel;
   int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
+  int chunk_rows = 0;  // kCta: rows of a chunk (kFusedChunkRows or kStagedChunkRows)
 };
 
+// A fused CTA-tier plan: rows of `chunk_rows` per chunk.
+inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_rows) {
+  return FusedSumPlan{kernel, (rows + chunk_rows - 1) / chunk_rows, chunk_rows};
+}
+
 // The fused plan of `rows` rows of n `elem_size`-byte elements of an op with `column_sums`
-// sums that reads `row_inputs` row operands, or nothing where the fused path does not apply.
-// `aligned`: every operand starts 16-byte aligned and has a row stride that is a multiple of
-// the pack width.
+// sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
+// apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
+// multiple of the pack width.
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool clusters, bool wide,
                                                  int column_sums, int row_inputs) {
@@ -200,37 +217,46 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
-  // NOTES.md §5, §16). Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32 elements)
-  // run with two packs per thread and two rows in flight per CTA (CtaRowSumsKernel's
-  // pipeline): at four, the column sums double the registers a cached pack costs and fewer
-  // CTAs fit an SM. The rows of a warp x 8 packs (2048 / 1024) are 128 threads x 2 packs here
-  // (the two-pass path took 1.28x as long for rms_norm). Two sums (LayerNorm) on the CTA tier
-  // for 128-thread rows and fp32 rows only: bf16 rows of 4096 took 1.07x the two-pass time.
+  // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
+  // and of the 4-pack CTA rows run with two packs per thread: at four, the column sums double
+  // the registers a cached pack costs and fewer CTAs fit an SM (the two-pass path took 1.28x
+  // as long for rms_norm at 2048).
   const bool cta = plan.tier == RowTier::kCta && plan.packs == kCtaVecs;
   const bool wide_group = plan.tier == RowTier::kGroup && plan.packs == kWideGroupVecs;
-  const bool short_cta = n <= int64_t{128} * kFusedSumVecs * vec;
-  if ((cta || wide_group) && n <= int64_t{256} * kFusedSumVecs * vec &&
-      (column_sums == 1 || short_cta || elem_size == 4)) {
-    return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, short_cta ? 128 : 256, 0, kFusedSumVecs},
-                        (rows + kFusedChunkRows - 1) / kFusedChunkRows};
+  const auto two_packs = [&](int threads) {
+    return RowPlan{RowTier::kCta, vec, 0, threads, 0, kFusedSumVecs};
+  };
+  const int threads = n <= int64_t{128} * kFusedSumVecs * vec   ? 128
+                      : n <= int64_t{256} * kFusedSumVecs * vec ? 256
+                                                                : 512;
+  // Two sums, rows of up to 512 threads x 2 packs (8192 16-bit / 4096 fp32): the staged
+  // persistent kernel on 64-row chunks. H100, bf16 fwd+bwd at 2^27 elements: 0.84-0.90x the
+  // time of two-pass sums at 4096 and 8192, 0.87-0.95x that of 16-row chunks with two rows in
+  // registers at 2048; fp32 4096 0.88x (NOTES.md §24). The register-pipelined kernel on
+  // 16-row chunks took the two-pass time at bf16 4096 (§23).
+  if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
+    RowPlan k = two_packs(threads);
+    k.stages = kFusedSumStages;
+    return CtaSumPlan(k, rows, kStagedChunkRows);
+  }
+  // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
+  // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
+  // step took 1.04-1.11x as long at 2048-4096, NOTES.md §24).
+  if ((cta || wide_group) && threads <= 256) {
+    return CtaSumPlan(two_packs(threads), rows, kFusedChunkRows);
   }
   // Rows of 512 threads x 2 packs (8192 16-bit / 4096 fp32) with three row inputs
   // (add_rms_norm's dy, x + r and its gradient): one CTA of 512 with two rows in flight took
   // 0.91x the time of 256 threads x 4 packs one row at a time; with two inputs (rms_norm) it
-  // took 1.06x (NOTES.md §18). fp32 rows of two sums (layer_norm, whose backward reduces once
-  // since it reads the forward's (mean, rstd)): 0.86x the two-pass time at 4096; bf16 rows of
-  // two sums here and on 256 threads x 2 packs took the two-pass time (0.99-1.01x), so they
-  // stay two-pass (NOTES.md §23).
-  if (cta && (row_inputs == 3 || (column_sums == 2 && elem_size == 4)) &&
-      n <= int64_t{512} * kFusedSumVecs * vec) {
-    return FusedSumPlan{RowPlan{RowTier::kCta, vec, 0, 512, 0, kFusedSumVecs},
-                        (rows + kFusedChunkRows - 1) / kFusedChunkRows};
+  // took 1.06x (NOTES.md §18).
+  if (cta && row_inputs == 3 && n <= int64_t{512} * kFusedSumVecs * vec) {
+    return CtaSumPlan(two_packs(512), rows, kFusedChunkRows);
   }
   // Longer rows of one sum: four packs (256 or 512 threads; NOTES.md §5), one row at a time.
   if (cta && column_sums == 1) {
-    FusedSumPlan f{plan, (rows + kFusedChunkRows - 1) / kFusedChunkRows};
-    f.kernel.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
-    return f;
+    RowPlan k = plan;
+    k.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
+    return CtaSumPlan(k, rows, kFusedChunkRows);
   }
   // 4-pack groups (rows of up to 32 lanes x 4 packs): the fused step took 0.75-0.84x the
   // two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md §18). fp32 rows of
@@ -334,7 +360,9 @@ inline std::string Describe(const RowPlan& p) {
 }
 
 inline std::string Describe(const FusedSumPlan& f) {
-  return Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
+  std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
+  if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
+  return s;
 }
 
 inline std::string Describe(const StridedPlan& p) {

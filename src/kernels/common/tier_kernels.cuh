@@ -9,7 +9,8 @@
 //   StreamingRowKernel  one CTA per row, nothing cached: every Reduce/Store re-reads the row
 //                       (from L2 when it fits). Any length, any arch, any vector width.
 //   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients);
-//                       the CTA one keeps two rows in flight at two packs per thread.
+//                       the CTA one keeps two rows in flight at two packs per thread, the
+//                       staged CTA one (persistent) its next rows in shared memory.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
 //   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D;
 //   StridedPrefetchKernel  the packed one with later tiles in flight into shared memory.
@@ -184,6 +185,48 @@ __global__ void __launch_bounds__(kThreads,
   }
   WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
                                                          partial);
+}
+
+// CTA tier, persistent, rows staged in shared memory: CTA b runs chunks b, b + gridDim.x, ...
+// of kRows rows (chunks = ceil(rows / kRows), the chunk partials as CtaRowSumsKernel writes
+// them, so the results do not depend on the grid). Its rows, in order across its chunks, go
+// through PipelineUnits: the next kStages - 1 rows' loads are in flight into shared memory
+// while one is reduced and stored, where CtaRowSumsKernel holds the next row in registers and
+// restarts its pipeline every chunk. For two column sums, whose partials (twice those of one)
+// want long chunks and whose CTAs fit two to an SM (benchmarks/results/h100/NOTES.md §24).
+// The launcher sizes the grid to the CTAs the GPU holds at once (LaunchPersistent).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages>
+__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
+    CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  using Acc = AccType<typename Args::InElem>;
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
+  __shared__ BlockReduceStorage<kThreads> storage;
+  CtaTeam<kThreads> team{storage};
+  auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
+  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  ZeroSums(sums);
+  const int64_t chunks = (args.rows + kRows - 1) / kRows;
+  const int64_t first = blockIdx.x;  // < chunks: the grid is at most `chunks` CTAs
+  const int64_t step = gridDim.x;
+  const int64_t own = (chunks - first + step - 1) / step;  // chunks this CTA runs
+  // Its rows, counted 0, 1, ...: all kRows of each chunk but the last chunk of all, which
+  // holds rows - (chunks - 1)·kRows.
+  int64_t units = own * kRows;
+  if (first + (own - 1) * step == chunks - 1) units -= chunks * kRows - args.rows;
+  const auto row_of = [&](int64_t u) { return (first + (u / kRows) * step) * kRows + u % kRows; };
+  PipelineUnits<kStages>(
+      0, 1, units, [&](int64_t u, int s) { Row::Prefetch(team, args, row_of(u), stages[s]); },
+      [&](int64_t u, int s, auto refill) {
+        const int64_t row = row_of(u);
+        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
+        op(r, &sums);
+        refill();  // the row's stores have used every staged pack
+        if (u % kRows == kRows - 1 || u == units - 1) {  // the chunk's last row
+          WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, row / kRows,
+                                                                 chunks, args.n, partial);
+          ZeroSums(sums);
+        }
+      });
 }
 
 // Group tier: CTA b holds G = kCtaThreads / kWidth groups; group g runs rows
