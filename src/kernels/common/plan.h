@@ -230,10 +230,11 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
                       : n <= int64_t{256} * kFusedSumVecs * vec ? 256
                                                                 : 512;
   // Two sums, rows of up to 512 threads x 2 packs (8192 16-bit / 4096 fp32): the staged
-  // persistent kernel on 64-row chunks. H100, bf16 fwd+bwd at 2^27 elements: 0.84-0.90x the
-  // time of two-pass sums at 4096 and 8192, 0.87-0.95x that of 16-row chunks with two rows in
-  // registers at 2048; fp32 4096 0.88x (NOTES.md §24). The register-pipelined kernel on
-  // 16-row chunks took the two-pass time at bf16 4096 (§23).
+  // persistent kernel on 64-row chunks. fwd+bwd A/B against the table before it (two-pass sums
+  // for bf16 4096 / 8192, 16-row chunks with two rows in registers elsewhere), H100 / H200:
+  // bf16 2048 1.00 / 0.87x the time, 4096 0.92 / 0.93x, 8192 0.90 / 1.01x; fp32 2048
+  // 0.91 / 0.86x, 4096 0.92 / 0.82x (NOTES.md §24, h200/NOTES.md §6). The register-pipelined
+  // kernel on 16-row chunks took the two-pass time at bf16 4096 (§23).
   if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
     RowPlan k = two_packs(threads);
     k.stages = kFusedSumStages;
@@ -241,7 +242,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
-  // step took 1.04-1.11x as long at 2048-4096, NOTES.md §24).
+  // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).
   if ((cta || wide_group) && threads <= 256) {
     return CtaSumPlan(two_packs(threads), rows, kFusedChunkRows);
   }
