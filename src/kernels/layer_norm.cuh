@@ -80,27 +80,33 @@ struct LayerNormBwdOp {
     (*this)(row, static_cast<NoColumnSums*>(nullptr));
   }
 
+  // The weight per column (what the fused kernels keep in shared memory).
+  ROWNORM_HOST_DEVICE ParamList<W, 1> ColumnParams() const { return {{weight}, {1.0f}}; }
+
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
-    const W* w = weight;
+    const auto params = ColumnParams();
     // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
     const int64_t at = row.Valid() ? 2 * row.Index() : 0;
     const Acc mu = stats[at];
     const Acc r = stats[at + 1];
     // (Σg, Σ(x − μ)·g): one all-reduce
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [mu, w](const Acc* v, int64_t col) {
-      const Acc g = MulRn(v[1], Param(w, col, Acc(1)));
-      return Array<Acc, 2>{{g, (v[0] - mu) * g}};
-    });
+    const Array<Acc, 2> s = ReduceWith(
+        row, SumOp{},
+        [mu](const Acc* v, int64_t, const Acc* w) {
+          const Acc g = MulRn(v[1], w[0]);
+          return Array<Acc, 2>{{g, (v[0] - mu) * g}};
+        },
+        params);
     const Acc mean_g = s[0] / n;
     const Acc c = r * r * s[1] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
     StoreWith(
         row,
-        [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* pw) {
-          return r * (MulRn(v[1], pw[0]) - mean_g - (v[0] - mu) * c);
+        [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* w) {
+          return r * (MulRn(v[1], w[0]) - mean_g - (v[0] - mu) * c);
         },
-        ParamList<W, 1>{{w}, {1.0f}});
+        params);
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
       row.AddColumns(
           [mu, r](const Acc* v, int64_t) { return Array<Acc, 2>{{v[1] * (v[0] - mu) * r, v[1]}}; },

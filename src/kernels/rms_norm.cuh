@@ -97,14 +97,21 @@ struct RmsNormBwdOp {
     (*this)(row, static_cast<NoColumnSums*>(nullptr));
   }
 
+  // w + weight_offset per column (the parameters the fused kernels keep in shared memory).
+  ROWNORM_HOST_DEVICE ParamList<W, 1, ParamOffset<Acc>> ColumnParams() const {
+    return {{weight}, {1.0f}, {weight_offset}};
+  }
+
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
-    const W* w = weight;
-    const Acc c_w = weight_offset;
-    const Array<Acc, 2> s = row.Reduce(SumOp{}, [w, c_w](const Acc* v, int64_t col) {
-      return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1] * (Param(w, col, Acc(1)) + c_w)}};
-    });
+    const auto params = ColumnParams();
+    const Array<Acc, 2> s = ReduceWith(
+        row, SumOp{},
+        [](const Acc* v, int64_t, const Acc* w) {
+          return Array<Acc, 2>{{v[0] * v[0], v[0] * v[1] * w[0]}};
+        },
+        params);
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
     const Acc c = r * r * s[1] / n;
     if (stats != nullptr && row.Leader()) {
@@ -113,15 +120,15 @@ struct RmsNormBwdOp {
     }
     StoreWith(
         row,
-        [r, c, c_w](const Acc* v, int64_t, const Acc* pw) {
-          const Acc dx = r * (v[1] * (pw[0] + c_w) - v[0] * c);
+        [r, c](const Acc* v, int64_t, const Acc* w) {
+          const Acc dx = r * (v[1] * w[0] - v[0] * c);
           if constexpr (kInputs == 3) {
             return dx + v[2];
           } else {
             return dx;
           }
         },
-        ParamList<W, 1>{{w}, {1.0f}});
+        params);
     if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
       row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
     }

@@ -21,7 +21,9 @@
 //                                 returned to every thread that shares the row;
 //   void row.Store(f)             output 0 at col = f(x, col), for every element of the row;
 //   void row.Store(Output<j>{}, f)  the same into output j (each output stored once per row);
-//   void StoreWith(row, f, ps)    output 0 = f(x, col, p), p the per-column parameters `ps`;
+//   V    ReduceWith(row, op, f, ps)  as row.Reduce with f(x, col, p), p[j] = parameter j of
+//                                 the ParamList `ps` at col (weights: a pack at a time);
+//   void StoreWith(row, f, ps)    output 0 = f(x, col, p), p as in ReduceWith;
 //   row.Size(), row.Index()       the row length and the row's number;
 //   row.Leader()                  true in exactly one thread of the row (per-row side outputs
 //                                 such as saved statistics, written through the op's pointers);
@@ -48,7 +50,10 @@
 //
 // kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
 // sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
-// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere).
+// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere), and
+// `ColumnParams()`, the ParamList its body reads with ReduceWith and StoreWith: the fused
+// kernels read those parameters once per CTA into shared memory (ParamCache, row_views.cuh),
+// and their rows hand them to ReduceWith and StoreWith from there.
 #pragma once
 
 #include <type_traits>

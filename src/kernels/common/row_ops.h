@@ -35,6 +35,7 @@ class RowOps {
   // Row views that differ override these (see op_traits.h and StoreWith below).
   static constexpr bool kOneRound = false;      // an all-reduce is a cluster barrier
   static constexpr bool kPackedParams = false;  // StoreWith reads parameters a pack at a time
+  static constexpr bool kSharedParams = false;  // ReduceWith reads them from shared memory
 
   template <typename Op, typename F>
   ROWNORM_HOST_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
@@ -70,32 +71,82 @@ class RowOps {
 template <class Row>
 struct PrefersOneRound : std::bool_constant<Row::kOneRound> {};
 
-// K optional per-column parameters of one type (weight, bias) and the value each stands for
-// when absent (1 for a weight, 0 for a bias).
-template <typename W, int K>
+// Parameters as stored (the default of ParamList).
+struct NoParamOffset {
+  template <typename Acc>
+  ROWNORM_HOST_DEVICE Acc Apply(Acc v) const {
+    return v;
+  }
+};
+
+// A constant added to every parameter in the accumulator type: Gemma's (1 + w) without a
+// rounded 1 + w in memory.
+template <typename Acc>
+struct ParamOffset {
+  Acc c;
+  ROWNORM_HOST_DEVICE Acc Apply(Acc v) const { return v + c; }
+};
+
+// K optional per-column parameters of one type (weight, bias), the value each stands for when
+// absent (1 for a weight, 0 for a bias), and an offset applied to all of them. Op bodies read
+// them only through ReduceWith and StoreWith (below), so that a row view decides how: per
+// element, a pack at a time, or from the copy the fused parameter-gradient kernels keep in
+// shared memory (ParamCache in row_views.cuh).
+template <typename W, int K, class Offset = NoParamOffset>
 struct ParamList {
+  using Elem = W;
+  static constexpr int kCount = K;
   const W* p[K];
   float absent[K];
+  Offset offset{};
+
+  // Parameter j's value at col in Acc.
+  template <typename Acc>
+  ROWNORM_HOST_DEVICE Acc At(int j, int64_t col) const {
+    return offset.Apply(Param(p[j], col, static_cast<Acc>(absent[j])));
+  }
+  // A stored value of parameter j (loaded by the caller) in Acc, as At gives it.
+  template <typename Acc>
+  ROWNORM_HOST_DEVICE Acc Of(Acc stored) const {
+    return offset.Apply(stored);
+  }
+  // Parameter j's value where it is absent.
+  template <typename Acc>
+  ROWNORM_HOST_DEVICE Acc Absent(int j) const {
+    return offset.Apply(static_cast<Acc>(absent[j]));
+  }
 };
 
 // f(x, col, p) as a function of (x, col): p[j] = parameter j at col, read one element at a time.
-template <typename Acc, typename F, typename W, int K>
-ROWNORM_HOST_DEVICE auto WithParams(F f, const ParamList<W, K>& ps) {
+template <typename Acc, typename F, class PS>
+ROWNORM_HOST_DEVICE auto WithParams(F f, const PS& ps) {
   return [f, ps](const Acc* x, int64_t col) {
-    Acc p[K];
+    Acc p[PS::kCount];
 #pragma unroll
-    for (int j = 0; j < K; ++j) p[j] = Param(ps.p[j], col, static_cast<Acc>(ps.absent[j]));
+    for (int j = 0; j < PS::kCount; ++j) p[j] = ps.template At<Acc>(j, col);
     return f(x, col, p);
   };
 }
 
-// Output 0 at col = f(x, col, p) for every element of the row, p[j] = parameter j at col in the
-// accumulator type. Rows cached in registers (kPackedParams) read the parameters with vector
-// loads, a pack's worth at a time, where a per-element scalar load per parameter would be
-// issued (LayerNorm's weight and bias: 16 scalar loads per 16-byte pack of bf16 x); other rows
-// read them per element.
-template <class Row, class F, typename W, int K>
-ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const ParamList<W, K>& ps) {
+// f(x, col, p) reduced over the row (as row.Reduce), p[j] = parameter j at col in the
+// accumulator type. The rows of the fused parameter-gradient kernels (kSharedParams) read a
+// pack's parameters from the copy their CTA keeps in shared memory; other rows read them one
+// element at a time (vector loads there held more registers: ten kernels of the two-pass
+// backward spilled).
+template <class Row, typename Op, class F, class PS>
+ROWNORM_HOST_DEVICE auto ReduceWith(Row& row, Op op, F f, const PS& ps) {
+  if constexpr (Row::kSharedParams) {
+    return row.ReduceWith(op, f, ps);
+  } else {
+    return row.Reduce(op, WithParams<typename Row::Acc>(f, ps));
+  }
+}
+
+// Output 0 at col = f(x, col, p) for every element of the row, p as in ReduceWith (LayerNorm's
+// forward: a weight and a bias, 16 scalar loads per 16-byte pack of bf16 x where read per
+// element).
+template <class Row, class F, class PS>
+ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const PS& ps) {
   if constexpr (Row::kPackedParams) {
     row.StoreWith(f, ps);
   } else {

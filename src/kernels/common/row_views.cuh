@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/args.h"
 #include "kernels/common/pack.cuh"
@@ -82,12 +83,20 @@ struct RowGeometry {
   int64_t vecs;  // full packs
   int64_t tail;  // scalar elements after the last pack (< kVec)
 
-  ROWNORM_DEVICE RowGeometry(const T* row, int64_t n) {
-    const int64_t misalign = (reinterpret_cast<uintptr_t>(row) / sizeof(T)) % kVec;
-    head = misalign == 0 ? 0 : kVec - misalign;
-    if (head > n) head = n;
-    vecs = (n - head) / kVec;
-    tail = n - head - vecs * kVec;
+  // kAligned: the caller knows that the row starts kVec-aligned and that n is a multiple of kVec
+  // (the fused parameter-gradient kernels' rows), so no scalar head or tail: that is known at
+  // compile time, and the per-row address arithmetic and the scalar branches go away.
+  template <bool kAligned>
+  ROWNORM_DEVICE static RowGeometry Of(const T* row, int64_t n) {
+    if constexpr (kAligned) {
+      return RowGeometry{0, n / kVec, 0};
+    } else {
+      const int64_t misalign = (reinterpret_cast<uintptr_t>(row) / sizeof(T)) % kVec;
+      int64_t head = misalign == 0 ? 0 : kVec - misalign;
+      if (head > n) head = n;
+      const int64_t vecs = (n - head) / kVec;
+      return RowGeometry{head, vecs, n - head - vecs * kVec};
+    }
   }
 };
 
@@ -127,6 +136,61 @@ struct ColumnSums {
   Acc v[kK][kVecs][kVec];
 };
 
+// The per-column parameters of a fused kernel's rows (an op's ColumnParams(), a ParamList),
+// read from global memory once per CTA (Fill) into shared memory in the accumulator type with
+// their offset applied, so that a row's ReduceWith and StoreWith read a pack's parameters with
+// one or two 16-byte shared loads and no conversions: read per row, they cost the fused
+// backward ~10 of its ~48 instructions per element (benchmarks/results/h100/NOTES.md §24).
+// Team thread t's values for its pack k at [j][k][h][t], in 16-byte pieces h (a warp's
+// loads contiguous). Valid for rows whose thread t owns packs t + k * kThreads (aligned rows).
+struct NoParamCache {};
+
+template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
+struct ParamCache {
+  using List = PS;
+  static constexpr int K = PS::kCount;
+  static constexpr int kPiece =
+      static_cast<int>(16 / sizeof(Acc)) < kVec ? static_cast<int>(16 / sizeof(Acc)) : kVec;
+  static constexpr int kPieces = kVec / kPiece;
+  struct alignas(kPiece * sizeof(Acc)) Piece {
+    Acc v[kPiece];
+  };
+  Piece pieces[K][kVecs][kPieces][kThreads];
+
+  // Thread `rank` of the team writes the values of its columns (0 past n).
+  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t n) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t col0 = (rank + int64_t{k} * kThreads) * kVec;
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h) {
+          Piece q;
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) {
+            const int64_t col = col0 + h * kPiece + e;
+            q.v[e] = col < n ? ps.template At<Acc>(j, col) : Acc(0);
+          }
+          pieces[j][k][h][rank] = q;
+        }
+      }
+    }
+  }
+
+  ROWNORM_DEVICE void Get(int k, int rank, Acc (&pv)[K][kVec]) const {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+      for (int h = 0; h < kPieces; ++h) {
+        const Piece q = pieces[j][k][h][rank];
+#pragma unroll
+        for (int e = 0; e < kPiece; ++e) pv[j][h * kPiece + e] = q.v[e];
+      }
+    }
+  }
+};
+
 // A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows, through
 // CachedRow::Prefetch): thread t's pack k of input i at [k][i][t] (a warp's 16-byte accesses
 // contiguous). The launcher sizes the kernel's shared memory from it.
@@ -141,9 +205,12 @@ struct RowStage {
 // What both views share: the team, the row's geometry, this thread's share of it, the outputs,
 // the row's identity (Index(), and Leader(): the one thread of the team that writes per-row
 // results such as saved statistics), and the row interface built on the two primitives.
-template <class Derived, class Args, int kVec, class Team>
+template <class Derived, class Args, int kVec, class Team, bool kAligned>
 class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
  public:
+  // Elements of W read by one vector load of a pack's parameters (at most 16 bytes).
+  template <typename W>
+  static constexpr int kParamVec = kVec * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
   using TIn = typename Args::InElem;
   using TOut = typename Args::OutElem;
   using Acc = AccType<TIn>;
@@ -197,41 +264,21 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     });
   }
 
-  // Output 0 at col = f(x, col, p), p[j] = ps.p[j][col] (see StoreWith in row_ops.h): the
-  // parameters of a pack's columns are read with vector loads where they are aligned like the
-  // row, else one element at a time.
-  template <typename F, typename W, int K>
-  ROWNORM_DEVICE void StoreWith(F f, const ParamList<W, K>& ps) {
-    constexpr int kWVec = kVec * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
-    bool aligned = true;
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      aligned =
-          aligned && (ps.p[j] == nullptr ||
-                      reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) % (kWVec * sizeof(W)) == 0);
-    }
-    if (!aligned) {
-      StoreTo<0>(WithParams<Acc>(f, ps));
+  // Output 0 at col = f(x, col, p), p[j] = parameter j at col (StoreWith in row_ops.h), the
+  // parameters of a pack's columns read by the view's ParamPack where ParamsPackable, else one
+  // element at a time.
+  template <typename F, class PS>
+  ROWNORM_DEVICE void StoreWith(F f, const PS& ps) {
+    constexpr int K = PS::kCount;
+    const auto g = WithParams<Acc>(f, ps);
+    if (!this->Self().ParamsPackable(ps)) {
+      StoreTo<0>(g);
       return;
     }
     TOut* out = out_[0];
-    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+    this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        if (ps.p[j] != nullptr) {
-#pragma unroll
-          for (int h = 0; h < kVec / kWVec; ++h) {
-            Pack<W, kWVec> q;
-            q.Load(ps.p[j] + col0 + h * kWVec);
-#pragma unroll
-            for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = q.Get(e);
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) pv[j][e] = static_cast<Acc>(ps.absent[j]);
-        }
-      }
+      this->Self().ParamPack(ps, k, col0, pv);
       Pack<TOut, kVec> o;
       Acc x[kIn];
 #pragma unroll
@@ -245,17 +292,56 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
       }
       o.Store(out + col0);
     });
-    const auto g = WithParams<Acc>(f, ps);
     ForEachScalar([&](const Acc* x, int64_t col) {
       out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
     });
+  }
+
+  // Whether ParamPack may read `ps` a pack at a time: every given parameter aligned like the
+  // row for vector loads of kParamVec elements.
+  template <class PS>
+  ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
+    using W = typename PS::Elem;
+    bool aligned = true;
+#pragma unroll
+    for (int j = 0; j < PS::kCount; ++j) {
+      aligned = aligned && (ps.p[j] == nullptr ||
+                            reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) %
+                                    (kParamVec<W> * sizeof(W)) ==
+                                0);
+    }
+    return aligned;
+  }
+
+  // pv[j][e] = parameter j at col0 + e for the pack at col0 (this thread's pack k), with vector
+  // loads (ParamsPackable(ps)).
+  template <class PS>
+  ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
+                                Acc (&pv)[PS::kCount][kVec]) const {
+    using W = typename PS::Elem;
+    constexpr int kWVec = kParamVec<W>;
+#pragma unroll
+    for (int j = 0; j < PS::kCount; ++j) {
+      if (ps.p[j] != nullptr) {
+#pragma unroll
+        for (int h = 0; h < kVec / kWVec; ++h) {
+          Pack<W, kWVec> q;
+          q.Load(ps.p[j] + col0 + h * kWVec);
+#pragma unroll
+          for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = ps.template Of<Acc>(q.Get(e));
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) pv[j][e] = ps.template Absent<Acc>(j);
+      }
+    }
   }
 
  protected:
   ROWNORM_DEVICE PackedRow(Team& team, const Args& args, int64_t row, bool valid)
       : team_(team),
         row0_(In(args, 0, row, valid)),
-        geo_(row0_, args.n),
+        geo_(RowGeometry<TIn, kVec>::template Of<kAligned>(row0_, args.n)),
         own_(team, geo_, valid),
         n_(args.n),
         row_(row),
@@ -271,14 +357,16 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   // g(x, col) for the head and tail scalars this thread owns.
   template <class G>
   ROWNORM_DEVICE void ForEachScalar(G g) const {
-    Acc x[kIn];
-    if (own_.head_col >= 0) {
-      this->Self().template LoadScalar<false>(own_.head_col, x);
-      g(static_cast<const Acc*>(x), own_.head_col);
-    }
-    if (own_.tail_col >= 0) {
-      this->Self().template LoadScalar<true>(own_.tail_col, x);
-      g(static_cast<const Acc*>(x), own_.tail_col);
+    if constexpr (!kAligned) {  // aligned rows have no head and no tail
+      Acc x[kIn];
+      if (own_.head_col >= 0) {
+        this->Self().template LoadScalar<false>(own_.head_col, x);
+        g(static_cast<const Acc*>(x), own_.head_col);
+      }
+      if (own_.tail_col >= 0) {
+        this->Self().template LoadScalar<true>(own_.tail_col, x);
+        g(static_cast<const Acc*>(x), own_.tail_col);
+      }
     }
   }
 
@@ -294,11 +382,19 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 
 // The row cached in registers as packs of the storage type (converted on use, which keeps
 // 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
-template <class Args, int kVec, int kVecs, class Team>
-class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVec, Team> {
-  using Base = PackedRow<CachedRow, Args, kVec, Team>;
+// The fused parameter-gradient kernels (tier_kernels.cuh) set kAligned (their rows have no
+// head or tail: RowGeometry::Of) and pass the ParamCache their CTA filled as `Cache`, from
+// which ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory).
+template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
+          class Cache = NoParamCache>
+class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache>, Args, kVec,
+                                   Team, kAligned> {
+  using Base = PackedRow<CachedRow, Args, kVec, Team, kAligned>;
   using Base::geo_;
   using Base::own_;
+  using Base::team_;
+  static constexpr bool kParamsCached = !std::is_same_v<Cache, NoParamCache>;
+  static_assert(kAligned || !kParamsCached, "a ParamCache holds the columns of aligned rows");
 
  public:
   using typename Base::Acc;
@@ -308,6 +404,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   static constexpr bool kCached = true;                 // another Reduce costs no memory traffic
   static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
   static constexpr bool kPackedParams = true;
+  static constexpr bool kSharedParams = kParamsCached;
 
   // What a cached row holds: its loads, issued apart from the view by Load so that a kernel
   // can have the next row's in flight while it reduces this one (CtaRowSumsKernel).
@@ -327,7 +424,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,
                                       Stage& stage) {
-    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, true), args.n);
+    const auto geo = RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const Ownership<Team, kVec> own(team, geo, true);
     ForEachOwnedPack(args, row, true, geo, own, [&](int k, int i, const TIn* src) {
       CopyPackAsync(&stage.packs[k][i][team.ThreadRank()], src);
@@ -343,12 +440,60 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
     });
   }
 
-  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid)
-      : CachedRow(team, args, row, valid, Load(team, args, row, valid)) {}
+  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid,
+                           const Cache* cache = nullptr)
+      : CachedRow(team, args, row, valid, Load(team, args, row, valid), cache) {}
 
   // The view of row `row` whose loads `l` are (Load of the same row).
-  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid, const Loaded& l)
-      : Base(team, args, row, valid), data_(l) {}
+  ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid, const Loaded& l,
+                           const Cache* cache = nullptr)
+      : Base(team, args, row, valid), data_(l), cache_(cache) {}
+
+  // f(x, col, p) reduced over the row (ReduceWith in row_ops.h; kSharedParams), a pack's
+  // parameters read from the cache; the order of operations of Reduce (the row has no scalars).
+  template <typename Op, typename F, class PS>
+  ROWNORM_DEVICE auto ReduceWith(Op op, F f, const PS& ps) {
+    static_assert(kParamsCached, "ReduceWith reads the parameters from a ParamCache");
+    constexpr int K = PS::kCount;
+    using V = ReduceValue<decltype(WithParams<Acc>(f, ps)), Acc>;
+    V acc = Op::template Identity<V>();
+    ForEachPack([&](int k, const InPacks& p, int64_t col0) {
+      Acc pv[K][kVec];
+      ParamPack(ps, k, col0, pv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        Acc x[kIn];
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        Acc pe[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
+        acc = op(acc, f(static_cast<const Acc*>(x), col0 + e, pe));
+      }
+    });
+    return this->AllReduce(acc, op);
+  }
+
+  // Parameters from the cache where the kernel keeps one (else PackedRow's vector loads).
+  template <class PS>
+  ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
+    if constexpr (kParamsCached) {
+      return true;
+    } else {
+      return Base::ParamsPackable(ps);
+    }
+  }
+  template <class PS>
+  ROWNORM_DEVICE void ParamPack(const PS& ps, int k, int64_t col0,
+                                Acc (&pv)[PS::kCount][kVec]) const {
+    if constexpr (kParamsCached) {
+      static_assert(std::is_same_v<PS, typename Cache::List>,
+                    "an op body reads the parameters its ColumnParams() lists");
+      cache_->Get(k, team_.ThreadRank(), pv);
+    } else {
+      Base::ParamPack(ps, k, col0, pv);
+    }
+  }
 
   // sums[k][col] += f(x, col)[k] over this row when the kernel accumulates column sums
   // (CtaRowSumsKernel, GroupRowSumsKernel); a no-op otherwise. The path requires
@@ -405,28 +550,32 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team>, Args, kVe
   template <class Fill>
   ROWNORM_DEVICE static Loaded LoadWith(const Team& team, const Args& args, int64_t row, bool valid,
                                         Fill fill) {
-    const RowGeometry<TIn, kVec> geo(Base::In(args, 0, row, valid), args.n);
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, valid), args.n);
     const Ownership<Team, kVec> own(team, geo, valid);
     Loaded l;
     ForEachOwnedPack(args, row, valid, geo, own,
                      [&](int k, int i, const TIn* src) { fill(k, i, src, l.packs[k][i]); });
+    if constexpr (!kAligned) {  // aligned rows have no head and no tail
 #pragma unroll
-    for (int i = 0; i < kIn; ++i) {
-      const TIn* p = Base::In(args, i, row, valid);
-      if (own.head_col >= 0) l.head[i] = p[own.head_col];
-      if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
+      for (int i = 0; i < kIn; ++i) {
+        const TIn* p = Base::In(args, i, row, valid);
+        if (own.head_col >= 0) l.head[i] = p[own.head_col];
+        if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
+      }
     }
     return l;
   }
 
   Loaded data_;
+  const Cache* cache_;
 };
 
 // The row left in global memory: every Reduce and Store streams it again. Used where no
 // cached tier fits (very long rows before sm_90, misaligned operands, float64).
 template <class Args, int kVec, class Team>
-class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec, Team> {
-  using Base = PackedRow<StreamingRow, Args, kVec, Team>;
+class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec, Team, false> {
+  using Base = PackedRow<StreamingRow, Args, kVec, Team, false>;
   using Base::geo_;
   using Base::own_;
 

@@ -22,6 +22,7 @@
 
 #include <cooperative_groups.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "kernels/common/row_views.cuh"
@@ -122,6 +123,34 @@ ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
   }
 }
 
+// The rows of a fused kernel's team of kThreads x kVecs packs: aligned (no head or tail), with
+// the op's ColumnParams() in shared memory where that takes at most kMaxParamCacheBytes (not
+// the 512-thread x 4-pack rows of one sum: 64 KB of fp32 at bf16 16384, past the static limit,
+// where the rows read them with vector loads).
+constexpr size_t kMaxParamCacheBytes = 32 * 1024;
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+using FusedParamCache =
+    ParamCache<decltype(std::declval<const Op&>().ColumnParams()), AccType<typename Args::InElem>,
+               kVecs, kVec, kThreads>;
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+using FusedParams =
+    std::conditional_t<sizeof(FusedParamCache<Op, Args, kVec, kVecs, kThreads>) <=
+                           kMaxParamCacheBytes,
+                       FusedParamCache<Op, Args, kVec, kVecs, kThreads>, NoParamCache>;
+template <class Op, class Args, int kVec, int kVecs, class Team>
+using FusedRow = CachedRow<Args, kVec, kVecs, Team, true,
+                           FusedParams<Op, Args, kVec, kVecs, Team::kThreads>>;
+
+// Threads `rank` of one team (`filler`) write op's parameters into `cache`, then the CTA waits
+// for them.
+template <class Cache, class Op>
+ROWNORM_DEVICE void FillParams(Cache& cache, const Op& op, int rank, bool filler, int64_t n) {
+  if constexpr (!std::is_same_v<Cache, NoParamCache>) {
+    if (filler) cache.Fill(op.ColumnParams(), rank, n);
+    __syncthreads();
+  }
+}
+
 // Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank, int64_t chunk,
@@ -160,8 +189,9 @@ __global__ void __launch_bounds__(kThreads,
                                   kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
   __shared__ BlockReduceStorage<kThreads> storage;
+  __shared__ FusedParams<Op, Args, kVec, kVecs, kThreads> params;
   CtaTeam<kThreads> team{storage};
   ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
   ZeroSums(sums);
@@ -170,16 +200,18 @@ __global__ void __launch_bounds__(kThreads,
   const int64_t end = min(args.rows, (c + 1) * kRows);
   if constexpr (kPipelined) {
     typename Row::Loaded loaded = Row::Load(team, args, c * kRows, true);
+    FillParams(params, op, threadIdx.x, true, args.n);  // while the first row's loads fly
 #pragma unroll 1
     for (int64_t row = c * kRows; row < end; ++row) {
       const typename Row::Loaded next = Row::Load(team, args, row + 1, row + 1 < end);
-      Row r(team, args, row, true, loaded);
+      Row r(team, args, row, true, loaded, &params);
       op(r, &sums);
       loaded = next;
     }
   } else {
+    FillParams(params, op, threadIdx.x, true, args.n);
     for (int64_t row = c * kRows; row < end; ++row) {
-      Row r(team, args, row, true);
+      Row r(team, args, row, true, &params);
       op(r, &sums);
     }
   }
@@ -199,12 +231,14 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, in
 __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
   __shared__ BlockReduceStorage<kThreads> storage;
+  __shared__ FusedParams<Op, Args, kVec, kVecs, kThreads> params;
   CtaTeam<kThreads> team{storage};
   auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
   ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
   ZeroSums(sums);
+  FillParams(params, op, threadIdx.x, true, args.n);
   const int64_t chunks = (args.rows + kRows - 1) / kRows;
   const int64_t first = blockIdx.x;  // < chunks: the grid is at most `chunks` CTAs
   const int64_t step = gridDim.x;
@@ -218,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
       0, 1, units, [&](int64_t u, int s) { Row::Prefetch(team, args, row_of(u), stages[s]); },
       [&](int64_t u, int s, auto refill) {
         const int64_t row = row_of(u);
-        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
+        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
         op(r, &sums);
         refill();  // the row's stores have used every staged pack
         if (u % kRows == kRows - 1 || u == units - 1) {  // the chunk's last row
@@ -238,14 +272,16 @@ __global__ void __launch_bounds__(kCtaThreads)
     GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   constexpr int kGroups = kCtaThreads / kWidth;
+  __shared__ FusedParams<Op, Args, kVec, kVecs, kWidth> params;  // one copy for all groups
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
   ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
   ZeroSums(sums);
+  FillParams(params, op, team.rank, group == 0, args.n);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * kRows * kGroups + group;
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = base + static_cast<int64_t>(k) * kGroups;
-    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows, &params);
     op(r, &sums);
   }
   const int64_t chunks =
