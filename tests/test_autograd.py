@@ -17,6 +17,7 @@ first, where the op allows), generated from the table.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -103,6 +104,43 @@ def test_staged_param_grads_many_chunks_per_cta(dtype):
     again = case.raw_backward(dys, inp, -1, outs, want)
     for name in ("x", *op.params):
         assert torch.equal(first[name], again[name]), f"d{name} differs between runs"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or torch.cuda.get_device_capability()[0] < 9
+    or os.environ.get("ROWNORM_DISABLE_CLUSTERS", "0") not in ("", "0"),
+    reason="needs a CUDA device with thread-block clusters (sm_90+), not disabled",
+)
+@pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_clustered_param_grads(op_id, dtype):
+    """One column sum on the CTA tier: clusters of four 16-row CTAs add their sums into one
+    64-row partial (plan.h, kSumClusterCtas). Rows that leave the last cluster's CTAs partly
+    or wholly past the end: the sums match the reference and are bit-identical run to run,
+    on rows of 128 and 256 threads x 2 packs and of 256 x 4 at bf16 (add_rms_norm: 512 x 2)."""
+    import rownorm
+
+    op = OPS[op_id]
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    shapes = [(128 * 2 * vec, 64 * 7 + 17), (256 * 2 * vec, 64 * 5 + 33)]
+    if dtype == torch.bfloat16 or op_id == "add_rms_norm":  # fp32 256 x 4 rows: 16-row partials
+        shapes.append((256 * 4 * vec, 64 * 3 + 49))
+    for n, m in shapes:
+        x = randn((m, n), dtype, "cuda")
+        plan = rownorm.explain(x, op_id, backward=True, param_grads=True)
+        assert (plan.param_grads, plan.cluster, plan.chunk_rows) == ("fused", 4, 64), plan.raw
+        inp = op.inputs(x, -1)
+        case = raw_case(op, x)
+        outs = case.raw(inp, -1)
+        dys = random_grads(outs)
+        want = frozenset(op.params)
+        first = case.raw_backward(dys, inp, -1, outs, want)
+        check_grads(case, inp, -1, dys, first, what=f"{tuple(x.shape)}")
+        again = case.raw_backward(dys, inp, -1, outs, want)
+        for name in ("x", *op.params):
+            assert torch.equal(first[name], again[name]), f"{(m, n)}: d{name} differs between runs"
 
 
 @pytest.mark.parametrize("op_id", families())

@@ -269,8 +269,21 @@ def test_explain_param_grads(op, dtype):
             threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
             assert plan.stages == (2 if sums == 2 else None), (m, plan.raw)
-            assert f" chunk_rows={64 if sums == 2 else 16}" in plan.raw, (m, plan.raw)
-            assert plan.chunks == -(-40 // (64 if sums == 2 else 16)), (m, plan.raw)
+        if (two_pack or cta4) and fused:
+            # One sum: 16-row CTAs in clusters of 4 (sm_90+) that add their sums into one
+            # 64-row partial, where the exchange (threads x packs x vec fp32) fits 32 KB, on
+            # 2-pack rows and 16-bit 4-pack rows.
+            threads, packs = (int(plan.threads), int(plan.packs))
+            clustered = (
+                sums == 1
+                and clusters
+                and threads * packs * vec * 4 <= 32 * 1024
+                and (packs == 2 or elem < 4)
+            )
+            rows = 64 if sums == 2 or clustered else 16
+            assert plan.chunk_rows == rows, (m, plan.raw)
+            assert plan.cluster == (4 if clustered else None), (m, plan.raw)
+            assert plan.chunks == -(-40 // rows), (m, plan.raw)
         if fused:
             assert plan.chunks >= 1
         else:

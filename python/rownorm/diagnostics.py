@@ -46,7 +46,8 @@ class Plan:
         vec: elements per load (a 16-byte pack; 1 where the operands' alignment differs).
         lanes_per_row: group tier: threads per row.
         threads: threads per CTA.
-        cluster: cluster tier: CTAs per row.
+        cluster: cluster tier: CTAs per row; fused sums on the CTA tier: the CTAs of a
+            thread-block cluster, 16 rows each, whose column sums make one chunk partial.
         packs: 16-byte packs per thread held in registers (the row is read once).
         stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
             being reduced; None where loads go straight to registers.

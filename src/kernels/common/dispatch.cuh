@@ -426,12 +426,30 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
   return cudaGetLastError();
 }
 
+// CTA-tier sums of kRows-row CTAs; `cluster` = kSumClusterCtas: in clusters that write one
+// partial per kSumClusterCtas CTAs (plan.h), where the sums' exchange fits.
 template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, int cluster = 0) {
   constexpr int kVec = Args::kPackWidth;
-  // Two packs per thread: the pipelined kernel (tier_kernels.cuh); four: one row at a time.
-  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kVecs == kFusedSumVecs>
+  constexpr bool kPipelined = kVecs == kFusedSumVecs;  // two packs: two rows in flight
+  using Exchange =
+      SumExchange<AccType<typename Args::InElem>, OpTraits<Op>::kColumnSums, kVecs, kVec, kThreads>;
+  if constexpr (kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
+    if (cluster == kSumClusterCtas) {
+      constexpr int64_t kChunkRows = int64_t{kSumClusterCtas} * kRows;
+      const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
+      cudaLaunchAttribute attr[1];
+      const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kSumClusterCtas, 0>(
+          attr, GridFor(chunks * kSumClusterCtas), stream);
+      return cudaLaunchKernelEx(
+          &cfg,
+          CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, kSumClusterCtas>, a,
+          op, partial);
+    }
+  }
+  if (cluster > 1) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined>
       <<<GridFor((a.rows + kRows - 1) / kRows), kThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
 }
@@ -478,21 +496,21 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       }
     } else {
       if (k.packs == kFusedSumVecs && k.threads == 128) {
-        return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream, k.cluster);
       }
       if (k.packs == kFusedSumVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream, k.cluster);
       }
       if constexpr (Args::kNumIn == 3) {  // add_rms_norm
         if (k.packs == kFusedSumVecs && k.threads == 512) {
-          return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream);
+          return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream, k.cluster);
         }
       }
       if (k.packs == kCtaVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream, k.cluster);
       }
       if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream);
+        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream, k.cluster);
       }
     }
   }

@@ -189,13 +189,24 @@ constexpr int kStagedChunkRows = 64;
 constexpr int kFusedSumStages = 2;
 constexpr int kFusedGroupRows = 32;
 constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
+// One column sum on the CTA tier, sm_90+: a thread-block cluster of kSumClusterCtas CTAs runs a
+// chunk of kSumClusterCtas x kFusedChunkRows rows, each CTA kFusedChunkRows of them with two in
+// flight (CtaRowSumsKernel). The CTAs add their column sums in rank order through distributed
+// shared memory and write one partial: a partial per 16 rows is, at 16-bit x, an eighth of an
+// input's bytes written and read again (~5% of the training step's traffic), where the grid
+// keeps the granularity of 16-row CTAs (64-row CTAs left 1-2 waves and a tail: 13% slower at
+// bf16 2048-4096, NOTES.md §24). The sums travel through kMaxSumExchangeBytes of shared memory
+// at most (the 512-thread x 4-pack rows, 64 KB, keep 16-row partials).
+constexpr int kSumClusterCtas = 4;
+constexpr int64_t kMaxSumExchangeBytes = 32 * 1024;
 
 struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0) or
   // GroupRowSumsKernel (kGroup)
   RowPlan kernel;
   int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
-  int chunk_rows = 0;  // kCta: rows of a chunk (kFusedChunkRows or kStagedChunkRows)
+  int chunk_rows = 0;  // kCta: rows of a chunk (kFusedChunkRows, kStagedChunkRows, or
+                       // kernel.cluster x kFusedChunkRows)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -229,6 +240,21 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   const int threads = n <= int64_t{128} * kFusedSumVecs * vec   ? 128
                       : n <= int64_t{256} * kFusedSumVecs * vec ? 256
                                                                 : 512;
+  // One sum on CTA rows: 16-row CTAs, in clusters (see kSumClusterCtas) where the exchange
+  // fits, on the 2-pack rows and on 16-bit 4-pack rows. Graph-timed fwd+bwd steps on the H100
+  // (NOTES.md §25), clustered against 16-row partials: bf16 2048 0.97x, 4096 0.96x, 8192
+  // (256 x 4) 0.97x, fp32 1024 0.985x, 2048 0.99x; fp32 4096 (256 x 4, whose 16-row
+  // partials are a sixteenth of an input's bytes) 1.03x.
+  const auto one_sum = [&](RowPlan k) {
+    const int64_t exchange =
+        int64_t{k.threads} * k.packs * vec * static_cast<int64_t>(sizeof(float));
+    if (clusters && exchange <= kMaxSumExchangeBytes &&
+        (k.packs == kFusedSumVecs || elem_size < 4)) {
+      k.cluster = kSumClusterCtas;
+      return CtaSumPlan(k, rows, kSumClusterCtas * kFusedChunkRows);
+    }
+    return CtaSumPlan(k, rows, kFusedChunkRows);
+  };
   // Two sums, rows of up to 512 threads x 2 packs (8192 16-bit / 4096 fp32): the staged
   // persistent kernel on 64-row chunks. fwd+bwd A/B against the table before it (two-pass sums
   // for bf16 4096 / 8192, 16-row chunks with two rows in registers elsewhere), H100 / H200:
@@ -243,21 +269,19 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
   // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).
-  if ((cta || wide_group) && threads <= 256) {
-    return CtaSumPlan(two_packs(threads), rows, kFusedChunkRows);
-  }
+  if ((cta || wide_group) && threads <= 256) return one_sum(two_packs(threads));
   // Rows of 512 threads x 2 packs (8192 16-bit / 4096 fp32) with three row inputs
   // (add_rms_norm's dy, x + r and its gradient): one CTA of 512 with two rows in flight took
   // 0.91x the time of 256 threads x 4 packs one row at a time; with two inputs (rms_norm) it
   // took 1.06x (NOTES.md §18).
   if (cta && row_inputs == 3 && n <= int64_t{512} * kFusedSumVecs * vec) {
-    return CtaSumPlan(two_packs(512), rows, kFusedChunkRows);
+    return one_sum(two_packs(512));
   }
   // Longer rows of one sum: four packs (256 or 512 threads; NOTES.md §5), one row at a time.
   if (cta && column_sums == 1) {
     RowPlan k = plan;
     k.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
-    return CtaSumPlan(k, rows, kFusedChunkRows);
+    return one_sum(k);
   }
   // 4-pack groups (rows of up to 32 lanes x 4 packs): the fused step took 0.75-0.84x the
   // two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md §18). fp32 rows of
@@ -363,6 +387,7 @@ inline std::string Describe(const RowPlan& p) {
 inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
+  if (f.kernel.cluster > 1) s += " cluster=" + std::to_string(f.kernel.cluster);
   return s;
 }
 

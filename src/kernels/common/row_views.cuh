@@ -305,10 +305,9 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     bool aligned = true;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
-      aligned = aligned && (ps.p[j] == nullptr ||
-                            reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) %
-                                    (kParamVec<W> * sizeof(W)) ==
-                                0);
+      aligned = aligned && (ps.p[j] == nullptr || reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) %
+                                                          (kParamVec<W> * sizeof(W)) ==
+                                                      0);
     }
     return aligned;
   }
@@ -424,7 +423,8 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,
                                       Stage& stage) {
-    const auto geo = RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const Ownership<Team, kVec> own(team, geo, true);
     ForEachOwnedPack(args, row, true, geo, own, [&](int k, int i, const TIn* src) {
       CopyPackAsync(&stage.packs[k][i][team.ThreadRank()], src);

@@ -129,17 +129,16 @@ ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
 // where the rows read them with vector loads).
 constexpr size_t kMaxParamCacheBytes = 32 * 1024;
 template <class Op, class Args, int kVec, int kVecs, int kThreads>
-using FusedParamCache =
-    ParamCache<decltype(std::declval<const Op&>().ColumnParams()), AccType<typename Args::InElem>,
-               kVecs, kVec, kThreads>;
+using FusedParamCache = ParamCache<decltype(std::declval<const Op&>().ColumnParams()),
+                                   AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
 template <class Op, class Args, int kVec, int kVecs, int kThreads>
 using FusedParams =
     std::conditional_t<sizeof(FusedParamCache<Op, Args, kVec, kVecs, kThreads>) <=
                            kMaxParamCacheBytes,
                        FusedParamCache<Op, Args, kVec, kVecs, kThreads>, NoParamCache>;
 template <class Op, class Args, int kVec, int kVecs, class Team>
-using FusedRow = CachedRow<Args, kVec, kVecs, Team, true,
-                           FusedParams<Op, Args, kVec, kVecs, Team::kThreads>>;
+using FusedRow =
+    CachedRow<Args, kVec, kVecs, Team, true, FusedParams<Op, Args, kVec, kVecs, Team::kThreads>>;
 
 // Threads `rank` of one team (`filler`) write op's parameters into `cache`, then the CTA waits
 // for them.
@@ -171,6 +170,55 @@ ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int 
   }
 }
 
+// The column sums of the kCluster CTAs of a thread-block cluster, added in rank order into one
+// partial of chunk `chunk` (CtaRowSumsKernel with kCluster > 1; plan.h's kSumClusterCtas):
+// each thread puts its sums into its CTA's `exchange`, and CTA r adds up the r-th share of
+// every thread's values over the cluster's CTAs (distributed shared memory) and writes them.
+template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
+struct SumExchange {
+  Acc v[kK][kVecs * kVec][kThreads];  // thread t's value i of sum j at [j][i][t]
+};
+struct NoSumExchange {};
+
+template <int kCluster, typename Acc, int kK, int kVecs, int kVec, int kThreads>
+ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums,
+                                     SumExchange<Acc, kK, kVecs, kVec, kThreads>& exchange,
+                                     int64_t chunk, int64_t chunks, int64_t n, Acc* partial) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kValues = kVecs * kVec;
+  static_assert(kValues % kCluster == 0, "each CTA adds an equal share");
+  constexpr int kShare = kValues / kCluster;
+  const int t = threadIdx.x;
+  __syncthreads();  // `exchange` shares its memory with the parameters the last row read
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) exchange.v[j][k * kVec + e][t] = sums.v[j][k][e];
+    }
+  }
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const int rank = static_cast<int>(cluster.block_rank());
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+#pragma unroll
+    for (int h = 0; h < kShare; ++h) {
+      const int i = rank * kShare + h;
+      Acc sum = *cluster.map_shared_rank(&exchange.v[j][i][t], 0);
+#pragma unroll
+      for (int q = 1; q < kCluster; ++q) sum += *cluster.map_shared_rank(&exchange.v[j][i][t], q);
+      const int64_t col = (t + int64_t{i / kVec} * kThreads) * kVec + i % kVec;
+      if (col < n) partial[(j * chunks + chunk) * n + col] = sum;
+    }
+  }
+  cluster.sync();  // keep `exchange` alive until the peers have read it
+#else
+  __trap();
+#endif
+}
+
 // CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows). With
 // kPipelined the next row's loads are issued before the current row is reduced and stored
 // (two rows in flight per CTA, at the cost of a second cached row's registers): one CTA ran
@@ -184,22 +232,34 @@ template <class Op, class Args>
 constexpr int PipelinedSumThreads() {
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined>
+// kCluster > 1 (sm_90+, launched as clusters of kCluster CTAs): chunk c / kCluster of
+// kCluster·kRows rows is written by the cluster as one partial (ClusterWriteSums), so
+// chunks = ceil(rows / (kCluster·kRows)); CTAs past the last row add zeros.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined,
+          int kCluster = 1>
 __global__ void __launch_bounds__(kThreads,
                                   kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Exchange =
+      std::conditional_t<(kCluster > 1), SumExchange<Acc, Op::kColumnSums, kVecs, kVec, kThreads>,
+                         NoSumExchange>;
+  union Shared {  // the parameters while rows run, then the cluster's exchange of sums
+    FusedParams<Op, Args, kVec, kVecs, kThreads> params;
+    Exchange exchange;
+  };
   __shared__ BlockReduceStorage<kThreads> storage;
-  __shared__ FusedParams<Op, Args, kVec, kVecs, kThreads> params;
+  __shared__ Shared shared;
+  auto& params = shared.params;
   CtaTeam<kThreads> team{storage};
   ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
   ZeroSums(sums);
-  const int64_t chunks = (args.rows + kRows - 1) / kRows;
+  const int64_t chunks = (args.rows + int64_t{kCluster} * kRows - 1) / (int64_t{kCluster} * kRows);
   const int64_t c = blockIdx.x;
   const int64_t end = min(args.rows, (c + 1) * kRows);
   if constexpr (kPipelined) {
-    typename Row::Loaded loaded = Row::Load(team, args, c * kRows, true);
+    typename Row::Loaded loaded = Row::Load(team, args, c * kRows, c * kRows < end);
     FillParams(params, op, threadIdx.x, true, args.n);  // while the first row's loads fly
 #pragma unroll 1
     for (int64_t row = c * kRows; row < end; ++row) {
@@ -215,8 +275,12 @@ __global__ void __launch_bounds__(kThreads,
       op(r, &sums);
     }
   }
-  WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
-                                                         partial);
+  if constexpr (kCluster > 1) {
+    ClusterWriteSums<kCluster>(sums, shared.exchange, c / kCluster, chunks, args.n, partial);
+  } else {
+    WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
+                                                           partial);
+  }
 }
 
 // CTA tier, persistent, rows staged in shared memory: CTA b runs chunks b, b + gridDim.x, ...
