@@ -86,12 +86,20 @@ def test_staged_param_grads_many_chunks_per_cta(dtype):
     chunks in turn, its row pipeline crossing their boundaries: the sums match the reference
     and are bit-identical run to run. (The shapes of test_param_grads_deterministic give a
     CTA one chunk at most.)"""
+    op = OPS["layer_norm"]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    # 128 threads x 2 packs (the most CTAs per SM, ten chunks each); fp32 also 512 x 4 packs
+    # (one CTA per SM, three chunks each)
+    shapes = [(64 * 10 * sms + 37, 2048 if dtype == torch.bfloat16 else 1024)]
+    if dtype == torch.float32:
+        shapes.append((64 * 3 * sms + 37, 8192))
+    for shape in shapes:
+        _check_staged(op, randn(shape, dtype, "cuda"))
+
+
+def _check_staged(op, x):
     import rownorm
 
-    op = OPS["layer_norm"]
-    n = 2048 if dtype == torch.bfloat16 else 1024  # 128 threads x 2 packs, the most CTAs per SM
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    x = randn((64 * 10 * sms + 37, n), dtype, "cuda")
     plan = rownorm.explain(x, "layer_norm", backward=True, param_grads=True)
     assert (plan.param_grads, plan.stages, plan.chunk_rows) == ("fused", 2, 64), plan.raw
     inp = op.inputs(x, -1)

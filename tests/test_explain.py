@@ -260,7 +260,9 @@ def test_explain_param_grads(op, dtype):
         limit = 512 if sums == 2 or op == "add_rms_norm" else 256
         two_pack = (cta4 or warp8) and m <= limit * 2 * vec
         group4 = row["tier"] == "group" and row.get("packs") == "4"
-        fused = two_pack or (cta4 and sums == 1) or group4
+        # fp32 layer_norm rows of 512 threads x 4 packs: staged as well.
+        wide_two = cta4 and sums == 2 and elem == 4 and m <= 512 * 4 * vec
+        fused = two_pack or (cta4 and sums == 1) or group4 or wide_two
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
             lanes = max(int(row["lanes_per_row"]), 8)
@@ -269,6 +271,8 @@ def test_explain_param_grads(op, dtype):
             threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
             assert plan.stages == (2 if sums == 2 else None), (m, plan.raw)
+        if wide_two:
+            assert f"tier=cta vec={vec} threads=512 packs=4 stages=2 " in plan.raw, (m, plan.raw)
         if (two_pack or cta4) and fused:
             # One sum: 16-row CTAs in clusters of 4 (sm_90+) that add their sums into one
             # 64-row partial, where the exchange (threads x packs x vec fp32) fits 32 KB, on

@@ -369,26 +369,39 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
-// The staged fused-sum kernel of a kThreads x kFusedSumVecs configuration, its shared memory,
-// and how many of its CTAs the device holds at once (0: none fits; CtaRowSumsKernel runs the
-// same chunks instead).
-template <class Op, class Args, int kThreads>
-constexpr auto StagedSumKernel =
-    CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kFusedSumVecs, kThreads, kStagedChunkRows,
-                           kFusedSumStages>;
-template <class Args, int kThreads>
+// The staged fused-sum kernel of a kThreads x kVecs configuration, its shared memory, and how
+// many of its CTAs the device holds at once (0: none fits; CtaRowSumsKernel runs the same
+// chunks instead).
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr auto StagedSumKernel = CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
+                                                        kStagedChunkRows, kFusedSumStages>;
+template <class Args, int kThreads, int kVecs>
 constexpr size_t StagedSumBytes() {
-  return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kFusedSumVecs, kThreads>);
+  return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
 }
+// Whether PlanFusedSums plans the staged kernel on 512 threads x kCtaVecs packs for these
+// operands (fp32 only: plan.h).
+template <class Args>
+constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
 template <class Op, class Args>
-cudaError_t StagedSumCtas(int threads, int* ctas) {
-  switch (threads) {
+cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
+  if constexpr (kStagedWideSums<Args>) {
+    if (k.packs == kCtaVecs && k.threads == 512) {
+      return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs>,
+                          StagedSumBytes<Args, 512, kCtaVecs>()>(512, ctas);
+    }
+  }
+  if (k.packs != kFusedSumVecs) return cudaErrorInvalidConfiguration;
+  switch (k.threads) {
     case 128:
-      return ResidentCtas<StagedSumKernel<Op, Args, 128>, StagedSumBytes<Args, 128>()>(128, ctas);
+      return ResidentCtas<StagedSumKernel<Op, Args, 128, kFusedSumVecs>,
+                          StagedSumBytes<Args, 128, kFusedSumVecs>()>(128, ctas);
     case 256:
-      return ResidentCtas<StagedSumKernel<Op, Args, 256>, StagedSumBytes<Args, 256>()>(256, ctas);
+      return ResidentCtas<StagedSumKernel<Op, Args, 256, kFusedSumVecs>,
+                          StagedSumBytes<Args, 256, kFusedSumVecs>()>(256, ctas);
     case 512:
-      return ResidentCtas<StagedSumKernel<Op, Args, 512>, StagedSumBytes<Args, 512>()>(512, ctas);
+      return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs>,
+                          StagedSumBytes<Args, 512, kFusedSumVecs>()>(512, ctas);
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
@@ -407,7 +420,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.stages > 0) {
       int ctas = 0;
-      err = StagedSumCtas<Op, Args>((*plan)->kernel.threads, &ctas);
+      err = StagedSumCtas<Op, Args>((*plan)->kernel, &ctas);
       if (err != cudaSuccess) return err;
       if (ctas == 0) (*plan)->kernel.stages = 0;
     }
@@ -455,19 +468,18 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args:
 }
 
 // Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
-template <class Op, class Args, int kThreads>
+template <class Op, class Args, int kThreads, int kVecs = kFusedSumVecs>
 cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
                                   AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
   if (plan.kernel.stages == kFusedSumStages) {
     bool launched = false;
-    const cudaError_t err =
-        LaunchPersistent<StagedSumKernel<Op, Args, kThreads>, StagedSumBytes<Args, kThreads>()>(
-            plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
+    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
+                                             StagedSumBytes<Args, kThreads, kVecs>()>(
+        plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
-  return LaunchCtaRowSums<Op, Args, kThreads, kFusedSumVecs, kStagedChunkRows>(a, op, partial,
-                                                                               stream);
+  return LaunchCtaRowSums<Op, Args, kThreads, kVecs, kStagedChunkRows>(a, op, partial, stream);
 }
 
 // Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
@@ -486,7 +498,12 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       }
       return cudaErrorInvalidConfiguration;
     }
-    if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 2 packs, 64-row chunks
+    if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
+      if constexpr (kStagedWideSums<Args>) {
+        if (k.packs == kCtaVecs && k.threads == 512) {
+          return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs>(a, op, plan, partial, stream);
+        }
+      }
       if (k.packs == kFusedSumVecs) {
         switch (k.threads) {
           case 128: return LaunchCtaRowSumsOfTwo<Op, Args, 128>(a, op, plan, partial, stream);

@@ -266,6 +266,14 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
   }
+  // Two sums, fp32 rows of 512 threads x 4 packs (4097-8192): the same staged kernel, one CTA
+  // per SM (two 64 KB stages); two-pass, they ran at 70-72% of copy, 0.74x Liger's step on
+  // both GPUs (NOTES.md §26). 16-bit rows of that shape hold twice the sums' registers.
+  if (column_sums == 2 && cta && elem_size == 4 && n <= int64_t{512} * kCtaVecs * vec) {
+    RowPlan k{RowTier::kCta, vec, 0, 512, 0, kCtaVecs};
+    k.stages = kFusedSumStages;
+    return CtaSumPlan(k, rows, kStagedChunkRows);
+  }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
   // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).
