@@ -261,7 +261,7 @@ def test_explain_param_grads(op, dtype):
         two_pack = (cta4 or warp8) and m <= limit * 2 * vec
         group4 = row["tier"] == "group" and row.get("packs") == "4"
         # fp32 layer_norm rows of 512 threads x 4 packs: staged as well.
-        wide_two = cta4 and sums == 2 and elem == 4 and m <= 512 * 4 * vec
+        wide_two = cta4 and sums == 2 and elem == 4 and not two_pack and m <= 512 * 4 * vec
         fused = two_pack or (cta4 and sums == 1) or group4 or wide_two
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
