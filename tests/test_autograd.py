@@ -86,7 +86,6 @@ def test_staged_param_grads_many_chunks_per_cta(dtype):
     chunks in turn, its row pipeline crossing their boundaries: the sums match the reference
     and are bit-identical run to run. (The shapes of test_param_grads_deterministic give a
     CTA one chunk at most.)"""
-    op = OPS["layer_norm"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # 128 threads x 2 packs (the most CTAs per SM, ten chunks each); fp32 also 512 x 4 packs
     # (one CTA per SM, three chunks each)
@@ -94,14 +93,19 @@ def test_staged_param_grads_many_chunks_per_cta(dtype):
     if dtype == torch.float32:
         shapes.append((64 * 3 * sms + 37, 8192))
     for shape in shapes:
-        _check_staged(op, randn(shape, dtype, "cuda"))
+        _check_fused_param_grads("layer_norm", randn(shape, dtype, "cuda"), stages=2, chunk_rows=64)
 
 
-def _check_staged(op, x):
+def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields) -> None:
+    """x's backward with every parameter gradient runs the fused plan with `plan_fields`; the
+    gradients match the reference and are bit-identical run to run."""
     import rownorm
 
-    plan = rownorm.explain(x, "layer_norm", backward=True, param_grads=True)
-    assert (plan.param_grads, plan.stages, plan.chunk_rows) == ("fused", 2, 64), plan.raw
+    plan = rownorm.explain(x, op_id, backward=True, param_grads=True)
+    assert plan.param_grads == "fused", plan.raw
+    for field, value in plan_fields.items():
+        assert getattr(plan, field) == value, (field, plan.raw)
+    op = OPS[op_id]
     inp = op.inputs(x, -1)
     case = raw_case(op, x)
     outs = case.raw(inp, -1)
@@ -111,7 +115,7 @@ def _check_staged(op, x):
     check_grads(case, inp, -1, dys, first, what=f"{tuple(x.shape)}")
     again = case.raw_backward(dys, inp, -1, outs, want)
     for name in ("x", *op.params):
-        assert torch.equal(first[name], again[name]), f"d{name} differs between runs"
+        assert torch.equal(first[name], again[name]), f"{tuple(x.shape)}: d{name} differs"
 
 
 @pytest.mark.cuda
@@ -128,27 +132,12 @@ def test_clustered_param_grads(op_id, dtype):
     64-row partial (plan.h, kSumClusterCtas). Rows that leave the last cluster's CTAs partly
     or wholly past the end: the sums match the reference and are bit-identical run to run,
     on rows of 128 and 256 threads x 2 packs and of 256 x 4 at bf16 (add_rms_norm: 512 x 2)."""
-    import rownorm
-
-    op = OPS[op_id]
     vec = 16 // torch.empty((), dtype=dtype).element_size()
     shapes = [(128 * 2 * vec, 64 * 7 + 17), (256 * 2 * vec, 64 * 5 + 33)]
     if dtype == torch.bfloat16 or op_id == "add_rms_norm":  # fp32 256 x 4 rows: 16-row partials
         shapes.append((256 * 4 * vec, 64 * 3 + 49))
     for n, m in shapes:
-        x = randn((m, n), dtype, "cuda")
-        plan = rownorm.explain(x, op_id, backward=True, param_grads=True)
-        assert (plan.param_grads, plan.cluster, plan.chunk_rows) == ("fused", 4, 64), plan.raw
-        inp = op.inputs(x, -1)
-        case = raw_case(op, x)
-        outs = case.raw(inp, -1)
-        dys = random_grads(outs)
-        want = frozenset(op.params)
-        first = case.raw_backward(dys, inp, -1, outs, want)
-        check_grads(case, inp, -1, dys, first, what=f"{tuple(x.shape)}")
-        again = case.raw_backward(dys, inp, -1, outs, want)
-        for name in ("x", *op.params):
-            assert torch.equal(first[name], again[name]), f"{(m, n)}: d{name} differs between runs"
+        _check_fused_param_grads(op_id, randn((m, n), dtype, "cuda"), cluster=4, chunk_rows=64)
 
 
 @pytest.mark.parametrize("op_id", families())
