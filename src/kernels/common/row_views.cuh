@@ -139,8 +139,9 @@ struct ColumnSums {
 // The per-column parameters of a fused kernel's rows (an op's ColumnParams(), a ParamList),
 // read from global memory once per CTA (Fill) into shared memory in the accumulator type with
 // their offset applied, so that a row's ReduceWith and StoreWith read a pack's parameters with
-// one or two 16-byte shared loads and no conversions: read per row, they cost the fused
-// backward ~10 of its ~48 instructions per element (benchmarks/results/h100/NOTES.md §24).
+// one or two 16-byte shared loads and no conversions, where per row they took scalar loads, a
+// conversion and the offset per element (with the aligned rows of RowGeometry::Of, the fused
+// backward went from ~48 to ~28 instructions per element: benchmarks/results/h100/NOTES.md §25).
 // Team thread t's values for its pack k at [j][k][h][t], in 16-byte pieces h (a warp's
 // loads contiguous). Valid for rows whose thread t owns packs t + k * kThreads (aligned rows).
 struct NoParamCache {};

@@ -125,8 +125,8 @@ ROWNORM_DEVICE void ZeroSums(ColumnSums<Acc, kK, kVecs, kVec>& sums) {
 
 // The rows of a fused kernel's team of kThreads x kVecs packs: aligned (no head or tail), with
 // the op's ColumnParams() in shared memory where that takes at most kMaxParamCacheBytes (not
-// the 512-thread x 4-pack rows of one sum: 64 KB of fp32 at bf16 16384, past the static limit,
-// where the rows read them with vector loads).
+// 16-bit rows of 512 threads x 4 packs: 64 KB of fp32, past the static limit; their rows read
+// the parameters from global memory, with vector loads in StoreWith, per element in ReduceWith).
 constexpr size_t kMaxParamCacheBytes = 32 * 1024;
 template <class Op, class Args, int kVec, int kVecs, int kThreads>
 using FusedParamCache = ParamCache<decltype(std::declval<const Op&>().ColumnParams()),
