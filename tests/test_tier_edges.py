@@ -117,3 +117,58 @@ def test_next_configuration_at_each_edge(dtype, monkeypatch):
             what = f"N={edge} as {_planned(edge, elem)}"
             check_forward(op, inp, -1, what=what)
             check_backward(raw_case(op, x), inp, -1, what=what)
+
+
+def _cluster_case(op: str, x: torch.Tensor, dy: torch.Tensor) -> list[torch.Tensor]:
+    """The op's output and the gradients of its inputs and parameters on rows x."""
+    import rownorm
+
+    n = x.shape[-1]
+    g = torch.Generator(device="cuda").manual_seed(n)
+    w = torch.randn(n, device="cuda", dtype=x.dtype, generator=g).requires_grad_()
+    b = torch.randn(n, device="cuda", dtype=x.dtype, generator=g).requires_grad_()
+    r = torch.randn(x.shape, device="cuda", dtype=x.dtype, generator=g).requires_grad_()
+    x = x.detach().requires_grad_()
+    if op == "rms_norm":
+        y, leaves = rownorm.rms_norm(x, w), [x, w]
+    elif op == "layer_norm":
+        y, leaves = rownorm.layer_norm(x, w, b), [x, w, b]
+    elif op == "add_rms_norm":
+        y, leaves = rownorm.add_rms_norm(x, r, w)[0], [x, r, w]
+    else:
+        y, leaves = getattr(rownorm, op)(x), [x]
+    return [y.detach(), *torch.autograd.grad(y, leaves, dy)]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cluster_rows_in_shared_memory_match_registers(dtype, monkeypatch):
+    """The cluster tier runs a row from shared memory (BulkRowKernel: bulk copies, the next
+    rows in flight) or from registers (ClusterRowKernel), whichever kernel the device holds
+    more of (dispatch.cuh's PlanRowOp); ROWNORM_DISABLE_BULK_ROWS=1 takes the registers. Both
+    visit a thread's packs in the same order and reduce in the same order: every output and
+    gradient is bitwise the same, on rows aligned and odd (head and tail scalars), and on a
+    Hopper the 16-bit layer_norm forward runs from shared memory."""
+    import rownorm
+
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [n for n in tier_edge_lengths(elem) if plan_row_tier(n, vec).tier == "cluster"]
+    assert lengths
+    ops = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "log_softmax", "l2_normalize")
+    bulk_plans = 0
+    for n in lengths:
+        x = scaled_rows(3, n, dtype, "cuda")
+        dy = torch.randn_like(x)
+        for op in ops:
+            runs, plans = {}, {}
+            for disabled in ("1", "0"):
+                monkeypatch.setenv("ROWNORM_DISABLE_BULK_ROWS", disabled)
+                runs[disabled] = _cluster_case(op, x, dy)
+                plans[disabled] = (rownorm.explain(x, op), rownorm.explain(x, op, backward=True))
+            assert all(p.stages is None for p in plans["1"]), (op, n, plans["1"])
+            bulk_plans += sum(p.stages == 2 for p in plans["0"])
+            for i, (a, b) in enumerate(zip(runs["1"], runs["0"], strict=True)):
+                assert torch.equal(a, b), (op, n, i, plans["0"])
+    if dtype == torch.bfloat16 and torch.cuda.get_device_capability()[0] == 9:
+        assert bulk_plans > 0

@@ -48,9 +48,11 @@ class Plan:
         threads: threads per CTA.
         cluster: cluster tier: CTAs per row; fused sums on the CTA tier: the CTAs of a
             thread-block cluster, 16 rows each, whose column sums make one chunk partial.
-        packs: 16-byte packs per thread held in registers (the row is read once).
+        packs: 16-byte packs per thread of the row (held in registers, or with ``stages`` on
+            the cluster tier, in shared memory); the row is read once.
         stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
-            being reduced; None where loads go straight to registers.
+            being reduced (on the cluster tier: rows held in shared memory, put there by bulk
+            copies); None where loads go straight to registers.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then

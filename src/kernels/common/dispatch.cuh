@@ -116,11 +116,10 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
   return cudaGetLastError();
 }
 
-// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) of a kThreads x
-// kVecs configuration: two for ops with kPrefetchRows (op_traits.h) on the 512-thread x 8-pack
-// ones; 0 (rows loaded straight into registers) elsewhere.
-static_assert(kWideClusterThreads == kWideCtaThreads && kClusterVecs == kWideCtaVecs,
-              "the wide CTA and the wide cluster share one CTA shape");
+// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) of a CTA-tier
+// kThreads x kVecs configuration: two for ops with kPrefetchRows (op_traits.h) on the wide CTA
+// (512 threads x 8 packs, one per SM); 0 (rows loaded straight into registers) elsewhere. (The
+// cluster tier keeps its rows in flight with bulk copies: BulkRowKernel.)
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr int RowStages() {
   const bool wide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
@@ -135,15 +134,36 @@ constexpr size_t RowStageBytes() {
 // ---------------------------------------------------------------------------------------
 // The row tiers.
 
-template <class Op, class Args, int kVecs, int kThreads, int kCluster>
+// The cluster tier's rows in shared memory (BulkRowKernel, sm_90+): kBulkStages rows in flight
+// per CTA, where the stages take at most kMaxBulkStageBytes (one input: every configuration;
+// three inputs: the 256-thread ones, one CTA per SM). Planned where the device holds more of
+// its clusters at once than of the register kernel's (PlanRowOp; RowPlan::stages =
+// kBulkStages); elsewhere the rows are loaded into registers (ClusterRowKernel).
+constexpr int kBulkStages = 2;
+constexpr size_t kMaxBulkStageBytes = 200 * 1024;
+template <class Args, int kThreads>
+constexpr size_t BulkStageBytes() {
+  return kBulkStages * sizeof(RowSlices<Args, Args::kPackWidth, kClusterVecs, kThreads>);
+}
+template <class Args, int kThreads>
+constexpr bool kBulkFits = BulkStageBytes<Args, kThreads>() <= kMaxBulkStageBytes;
+
+// The cluster kernel of a configuration, and its dynamic shared memory.
+template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
 constexpr auto ClusterKernel() {
-  // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
-  if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
-    return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+  if constexpr (kBulk) {
+    static_assert(kBulkFits<Args, kThreads>, "planned only where the stages fit");
+    return BulkRowKernel<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster, kBulkStages>;
+  } else if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
+    // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
+    return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster>;
   } else {
-    return ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster,
-                            RowStages<Op, Args, kThreads, kVecs>()>;
+    return ClusterRowKernel<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster>;
   }
+}
+template <class Args, int kThreads, bool kBulk>
+constexpr size_t ClusterSmem() {
+  return kBulk ? BulkStageBytes<Args, kThreads>() : 0;
 }
 
 template <int kThreads, int kCluster, size_t kSmem = 0>
@@ -164,50 +184,56 @@ cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaS
 
 // How many clusters of this configuration `device` (the current one) runs at once; 0 where it
 // cannot co-schedule one (16 is a non-portable size; a GPU or partition may hold fewer SMs per
-// GPC). Read once per device, when the kernel's limits are raised (the non-portable size, the
-// shared memory of its prefetch stages).
-template <class Op, class Args, int kThreads, int kCluster>
+// GPC; the bulk kernel's stages may not fit its shared memory). Read once per device, when the
+// kernel's limits are raised (the non-portable size, the shared memory of its stages).
+template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
 cudaError_t CoResidentClusters(int device, int* clusters) {
-  static PerDevice<int> cache;
-  return cache.Get(device, clusters, [](int, int* out) {
-    constexpr size_t kSmem = RowStageBytes<Op, Args, kThreads, kClusterVecs>();
-    auto kernel = ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>();
-    cudaError_t err = cudaSuccess;
-    if (kCluster > 8) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    }
-    if (err == cudaSuccess && kSmem > 0) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kSmem));
-    }
-    cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg =
-        ClusterConfig<kThreads, kCluster, kSmem>(attr, kCluster, nullptr);
-    int n = 0;
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
-    if (err != cudaSuccess) {
-      // A failed query means "not co-schedulable" (as on a device without clusters); its
-      // error is cleared so that it does not surface at the next launch.
-      (void)cudaGetLastError();
-    }
-    *out = err == cudaSuccess ? n : 0;
+  if constexpr (kBulk && !kBulkFits<Args, kThreads>) {
+    *clusters = 0;
     return cudaSuccess;
-  });
+  } else {
+    static PerDevice<int> cache;
+    return cache.Get(device, clusters, [](int, int* out) {
+      constexpr size_t kSmem = ClusterSmem<Args, kThreads, kBulk>();
+      auto kernel = ClusterKernel<Op, Args, kThreads, kCluster, kBulk>();
+      cudaError_t err = cudaSuccess;
+      if (kCluster > 8) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      }
+      if (err == cudaSuccess && kSmem > 0) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(kSmem));
+      }
+      cudaLaunchAttribute attr[1];
+      const cudaLaunchConfig_t cfg =
+          ClusterConfig<kThreads, kCluster, kSmem>(attr, kCluster, nullptr);
+      int n = 0;
+      if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+      if (err != cudaSuccess) {
+        // A failed query means "not co-schedulable" (as on a device without clusters); its
+        // error is cleared so that it does not surface at the next launch.
+        (void)cudaGetLastError();
+      }
+      *out = err == cudaSuccess ? n : 0;
+      return cudaSuccess;
+    });
+  }
 }
 
-template <class Op, class Args>
+template <class Op, class Args, bool kBulk>
 cudaError_t CoResidentClusters(int device, const RowPlan& plan, int* clusters) {
   if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads) {
-      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster>(device, clusters);
+      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kBulk>(device,
+                                                                                   clusters);
     }
   }
   switch (plan.cluster) {
-    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2>(device, clusters);
-    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4>(device, clusters);
-    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8>(device, clusters);
+    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kBulk>(device, clusters);
+    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kBulk>(device, clusters);
+    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kBulk>(device, clusters);
     case kMaxCluster:
-      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster>(device, clusters);
+      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kBulk>(device, clusters);
   }
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
@@ -237,16 +263,26 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
                          OpTraits<Op>::kWideCluster);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {
-      int clusters = 0;
-      err = CoResidentClusters<Op, Args>(device, *plan, &clusters);
+      // Rows in shared memory (BulkRowKernel) where the device holds more of those clusters at
+      // once than of the register kernel's; else in registers. H100, forward, % of copy
+      // (benchmarks/results/h100/NOTES.md §27): the register kernels of up to ~64 registers
+      // (4 CTAs per SM: rms_norm, l2_normalize) 94-99% at 65536-131072 16-bit elements, the
+      // bulk one 83-91%; layer_norm's 16-bit one (92 registers, 2 CTAs per SM) 65-69%, the
+      // bulk one (3 CTAs per SM) 78-80%. Ties (softmax, fp32 layer_norm: 3 and 3) measured
+      // within 2% or for the registers, but at 262144 fp32 (bulk 70%, registers 61%).
+      int bulk = 0, registers = 0;
+      if (!BulkRowsDisabled()) err = CoResidentClusters<Op, Args, true>(device, *plan, &bulk);
+      if (err == cudaSuccess) err = CoResidentClusters<Op, Args, false>(device, *plan, &registers);
       if (err != cudaSuccess) return err;
-      if (clusters == 0) *plan = StreamingPlan(plan->vec);
+      if (bulk > registers) plan->stages = kBulkStages;
+      if (bulk == 0 && registers == 0) *plan = StreamingPlan(plan->vec);
     }
     constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
     if constexpr (kStages > 0) {
-      if (plan->threads == kWideCtaThreads && plan->packs == kWideCtaVecs) {
-        int ctas = 1;  // a wide cluster that runs at all runs with its stages
-        if (plan->tier == RowTier::kCta) err = PrefetchingWideCtas<Op, Args>(&ctas);
+      if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
+          plan->packs == kWideCtaVecs) {
+        int ctas = 0;
+        err = PrefetchingWideCtas<Op, Args>(&ctas);
         if (err != cudaSuccess) return err;
         plan->stages = ctas > 0 ? kStages : 0;
       }
@@ -255,26 +291,36 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   return cudaSuccess;
 }
 
-// Launches one cluster configuration (CoResidentClusters said the device co-schedules it): a
-// cluster per row, or, where rows are prefetched, a persistent grid of the clusters the device
-// runs at once.
-template <class Op, class Args, int kThreads, int kCluster>
+// Launches one cluster configuration (PlanRowOp found that the device co-schedules it): with
+// its rows in shared memory (kBulk), a persistent grid of the clusters the device runs at once;
+// else a cluster per row.
+template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  constexpr size_t kSmem = RowStageBytes<Op, Args, kThreads, kClusterVecs>();
+  constexpr size_t kSmem = ClusterSmem<Args, kThreads, kBulk>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
-  if constexpr (kSmem > 0) {
+  if constexpr (kBulk) {
     int device = 0, resident = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err == cudaSuccess)
-      err = CoResidentClusters<Op, Args, kThreads, kCluster>(device, &resident);
+      err = CoResidentClusters<Op, Args, kThreads, kCluster, true>(device, &resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kClusterVecs, kThreads, kCluster>(), a,
-                            op);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kBulk>(), a, op);
+}
+
+template <class Op, class Args, int kThreads, int kCluster>
+cudaError_t LaunchClusterRow(const Args& a, const Op& op, const RowPlan& plan,
+                             cudaStream_t stream) {
+  if constexpr (kBulkFits<Args, kThreads>) {
+    if (plan.stages == kBulkStages) {
+      return LaunchClusterRow<Op, Args, kThreads, kCluster, true>(a, op, stream);
+    }
+  }
+  return LaunchClusterRow<Op, Args, kThreads, kCluster, false>(a, op, stream);
 }
 
 template <class Op, class Args, int kVec>
@@ -349,15 +395,16 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
       case RowTier::kCluster:
         if constexpr (OpTraits<Op>::kWideCluster) {
           if (plan.threads == kWideClusterThreads) {
-            return LaunchClusterRow<Op, Args, kWideClusterThreads, kMaxCluster>(a, op, stream);
+            return LaunchClusterRow<Op, Args, kWideClusterThreads, kMaxCluster>(a, op, plan,
+                                                                                stream);
           }
         }
         switch (plan.cluster) {
-          case 2: return LaunchClusterRow<Op, Args, kClusterThreads, 2>(a, op, stream);
-          case 4: return LaunchClusterRow<Op, Args, kClusterThreads, 4>(a, op, stream);
-          case 8: return LaunchClusterRow<Op, Args, kClusterThreads, 8>(a, op, stream);
+          case 2: return LaunchClusterRow<Op, Args, kClusterThreads, 2>(a, op, plan, stream);
+          case 4: return LaunchClusterRow<Op, Args, kClusterThreads, 4>(a, op, plan, stream);
+          case 8: return LaunchClusterRow<Op, Args, kClusterThreads, 8>(a, op, plan, stream);
           case kMaxCluster:
-            return LaunchClusterRow<Op, Args, kClusterThreads, kMaxCluster>(a, op, stream);
+            return LaunchClusterRow<Op, Args, kClusterThreads, kMaxCluster>(a, op, plan, stream);
         }
         break;
       case RowTier::kStreaming: break;

@@ -45,6 +45,15 @@ inline int64_t PlanLengthFloor() {
   return v == nullptr ? 0 : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
 }
 
+// ROWNORM_DISABLE_BULK_ROWS=1 (read at every plan, like ROWNORM_PLAN_AS_N) loads the cluster
+// tier's rows into registers (ClusterRowKernel), as on a device whose shared memory cannot hold
+// the bulk kernel's stages (dispatch.cuh's PlanRowOp): that path, testable on a Hopper, and the
+// A/B of the two in one build. Unset, empty or 0: rows in shared memory where they fit.
+inline bool BulkRowsDisabled() {
+  const char* v = std::getenv("ROWNORM_DISABLE_BULK_ROWS");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 

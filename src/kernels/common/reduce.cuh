@@ -14,6 +14,7 @@
 #include <cooperative_groups.h>
 #endif
 
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/types.cuh"
 
 namespace rownorm {
@@ -129,43 +130,85 @@ ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storag
   return v;
 }
 
-// Shared memory of a cluster all-reduce: the block's storage plus one double-buffered slot
-// that the other CTAs of the cluster read through distributed shared memory.
-template <int kThreads>
+// Shared memory of a cluster all-reduce: the block's storage, and for each of two alternating
+// sets a slot per CTA of the cluster, which the CTAs' partials are pushed into, and the barrier
+// that completes when all of them have landed.
+template <int kThreads, int kCluster>
 struct ClusterReduceStorage {
   BlockReduceStorage<kThreads> block;
-  alignas(16) unsigned char slot[2][kReduceSlotBytes];
+  alignas(16) unsigned char slots[2][kCluster][kReduceSlotBytes];
+  uint64_t landed[2];
 };
 
-// All-reduce over a thread-block cluster of kCluster CTAs of kThreads threads (sm_90+).
-// Every CTA reads the kCluster block partials in rank order, so all CTAs obtain bitwise the
-// same result. The kernel must end with a cluster barrier so that no CTA exits while another
-// still reads its shared memory.
-template <int kThreads, int kCluster, typename Op, typename V>
-ROWNORM_DEVICE V ClusterAllReduce(V v, Op op, ClusterReduceStorage<kThreads>& storage,
-                                  int& block_parity, int& cluster_parity) {
+// All-reduces over a thread-block cluster of kCluster CTAs of kThreads threads (sm_90+), one
+// object per thread, made by every thread of every CTA at the kernel's start. Each CTA reduces
+// its block, pushes its partial into slot `rank` of every CTA (st.async into distributed shared
+// memory, which completes on the receiver's barrier: no cluster barrier), waits until all
+// kCluster partials have landed in its own slots and combines them in rank order, so all CTAs
+// obtain bitwise the same result. The cluster barrier (cluster.sync()) that this replaces
+// orders all of a thread's memory operations (SASS: MEMBAR.ALL.GPU): each all-reduce waited
+// for the CTA's stores of the previous row to reach memory, 35-47% of the cluster kernels'
+// stall cycles (ncu, H100, benchmarks/results/h100/NOTES.md §27).
+//
+// Set p is reused two all-reduces later: a CTA pushes into a peer's set p for all-reduce k + 2
+// only after it has all partials of k + 1, the peer's among them, which the peer pushed after
+// its block barrier of k + 1, after its threads read the set of k. A CTA leaves the kernel
+// after its last wait, once nothing more can land in its shared memory (Finish()).
+template <int kThreads, int kCluster>
+class ClusterReducer {
+ public:
+  using Storage = ClusterReduceStorage<kThreads, kCluster>;
+
+  ROWNORM_DEVICE explicit ClusterReducer(Storage& storage) : storage_(storage) {
+    if (threadIdx.x == 0) {
+      InitBarrier(&storage.landed[0]);
+      InitBarrier(&storage.landed[1]);
+    }
+    ClusterArriveRelaxed();  // the barriers initialized: the peers may push (first AllReduce)
+  }
+
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V AllReduce(V v, Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  v = BlockAllReduce<kThreads>(v, op, storage.block, block_parity);
-  cg::cluster_group cluster = cg::this_cluster();
-  V* slot = reinterpret_cast<V*>(storage.slot[cluster_parity]);
-  if (threadIdx.x == 0) *slot = v;
-  cluster.sync();
-  v = *cluster.map_shared_rank(slot, 0);
-  // Four peers' partials in flight at a time (the same order, so the same bits): unrolled in
-  // full, the 16-CTA kernels held all 16 loads, LayerNorm's forward took 160 registers (one CTA
-  // per SM) and its backward 248, and bf16 rows of 262144 ran at 26% of copy on the H100; at
-  // four, 80 and 131 registers and 0.44x / 0.78x the time (benchmarks/results/h100/NOTES.md
-  // §18).
+    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+    v = BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
+    if (!joined_) {
+      ClusterWait();  // every CTA's barriers are initialized
+      joined_ = true;
+    }
+    const int p = set_;
+    uint64_t* landed = &storage_.landed[p];
+    if (threadIdx.x == 0) ExpectBytes(landed, kCluster * sizeof(V));
+    if (threadIdx.x < kCluster) {  // thread q pushes the CTA's partial to CTA q
+      const unsigned rank = cooperative_groups::this_cluster().block_rank();
+      StoreToPeer(reinterpret_cast<V*>(storage_.slots[p][rank]), v, landed, threadIdx.x);
+    }
+    WaitBarrier(landed, (phases_ >> p) & 1u);
+    phases_ ^= 1u << p;
+    set_ ^= 1;
+    v = *reinterpret_cast<const V*>(storage_.slots[p][0]);
 #pragma unroll 4
-  for (int c = 1; c < kCluster; ++c) v = op(v, *cluster.map_shared_rank(slot, c));
-  cluster_parity ^= 1;
-  return v;
+    for (int c = 1; c < kCluster; ++c) v = op(v, *reinterpret_cast<const V*>(storage_.slots[p][c]));
 #else
-  __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
-  return v;
+    __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
 #endif
-}
+    return v;
+  }
+
+  // At the kernel's end: a CTA that never reduced still waits for the cluster barrier it
+  // arrived at (every CTA of the cluster passes it once).
+  ROWNORM_DEVICE void Finish() {
+    if (!joined_) ClusterWait();
+    joined_ = true;
+  }
+
+ private:
+  Storage& storage_;
+  int block_parity_ = 0;
+  int set_ = 0;
+  unsigned phases_ = 0;  // bit p: the parity of set p's barrier's next phase
+  bool joined_ = false;  // passed the cluster barrier of the barriers' initialization
+};
 
 #endif  // __CUDACC__
 

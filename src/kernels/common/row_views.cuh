@@ -49,6 +49,7 @@ template <int kCtaThreads>
 struct CtaTeam {  // a whole 1-D CTA
   static constexpr int kThreads = kCtaThreads;
   static constexpr int kSlices = 1;
+  using Storage = BlockReduceStorage<kCtaThreads>;
   BlockReduceStorage<kCtaThreads>& storage;
   int parity = 0;
   ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
@@ -57,21 +58,25 @@ struct CtaTeam {  // a whole 1-D CTA
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return BlockAllReduce<kCtaThreads>(v, op, storage, parity);
   }
+  ROWNORM_DEVICE void Finish() {}
 };
 
+// kCluster CTAs of a cluster; CTA rank c owns slice c of the row. Made by every thread of
+// every CTA at the kernel's start; Finish() before the kernel ends.
 template <int kCtaThreads, int kCluster>
-struct ClusterTeam {  // kCluster CTAs of a cluster; CTA rank c owns slice c of the row
+struct ClusterTeam {
   static constexpr int kThreads = kCtaThreads;
   static constexpr int kSlices = kCluster;
-  ClusterReduceStorage<kCtaThreads>& storage;
-  int block_parity = 0;
-  int cluster_parity = 0;
+  using Storage = ClusterReduceStorage<kCtaThreads, kCluster>;
+  ClusterReducer<kCtaThreads, kCluster> reducer;
+  ROWNORM_DEVICE explicit ClusterTeam(Storage& storage) : reducer(storage) {}
   ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
   ROWNORM_DEVICE int SliceRank() const { return blockIdx.x % kCluster; }
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
-    return ClusterAllReduce<kCtaThreads, kCluster>(v, op, storage, block_parity, cluster_parity);
+    return reducer.AllReduce(v, op);
   }
+  ROWNORM_DEVICE void Finish() { reducer.Finish(); }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -111,14 +116,18 @@ struct Ownership {
   int64_t head_col;  // column of the owned head scalar, or -1 (tested as head_col >= 0)
   int64_t tail_col;  // column of the owned tail scalar, or -1
 
+  // The first pack of slice `slice` of a row of `vecs` packs (the slices are contiguous).
+  ROWNORM_DEVICE static int64_t SliceBegin(int64_t vecs, int slice) {
+    return min(vecs, slice * ((vecs + Team::kSlices - 1) / Team::kSlices));
+  }
+
   template <typename T>
   ROWNORM_DEVICE Ownership(const Team& team, const RowGeometry<T, kVec>& g, bool valid) {
     static_assert(kVec <= Team::kThreads, "each thread owns at most one head/tail scalar");
     const int tid = team.ThreadRank();
     const int slice = team.SliceRank();
-    const int64_t chunk = (g.vecs + Team::kSlices - 1) / Team::kSlices;
-    const int64_t begin = valid ? min(g.vecs, slice * chunk) : 0;
-    vec_end = valid ? min(g.vecs, begin + chunk) : 0;
+    const int64_t begin = valid ? SliceBegin(g.vecs, slice) : 0;
+    vec_end = valid ? SliceBegin(g.vecs, slice + 1) : 0;
     first_vec = begin + tid;
     head_col = (valid && slice == 0 && tid < g.head) ? tid : -1;
     const int tail_first = Team::kThreads - static_cast<int>(g.tail);
@@ -657,6 +666,85 @@ class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec
 
  private:
   const TIn* in_[kIn];
+};
+
+// A row whose slices are in shared memory, where BulkRowKernel's bulk copies put them (sm_90+):
+// the packs of input i of this CTA's slice at slices[i][0, 1, ...], in the order of global
+// memory, so that thread t's pack k, t + k * kThreads, is read by a warp as 512 contiguous
+// bytes. Capacity: kVecs packs per thread per slice, as CachedRow's; the head and tail scalars
+// are read from global memory. Nothing of the row is held in registers: a Reduce or a Store
+// reads the packs it uses from shared memory, which keeps the kernel's registers few and its
+// CTAs many, each with its next rows' bytes in flight.
+template <class Args, int kVec, int kVecs, int kThreads>
+struct RowSlices {
+  Pack<typename Args::InElem, kVec> packs[Args::kNumIn][kVecs * kThreads];
+};
+
+template <class Args, int kVec, int kVecs, class Team>
+class SharedRow : public PackedRow<SharedRow<Args, kVec, kVecs, Team>, Args, kVec, Team, false> {
+  using Base = PackedRow<SharedRow, Args, kVec, Team, false>;
+  using Base::geo_;
+  using Base::own_;
+  using Base::row_;
+  using Base::team_;
+
+ public:
+  using typename Base::Acc;
+  using typename Base::TIn;
+  static constexpr int kIn = Base::kIn;
+  static constexpr bool kCached = true;                 // another Reduce reads shared memory only
+  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
+  static constexpr bool kPackedParams = true;
+  using Stage = RowSlices<Args, kVec, kVecs, Team::kThreads>;
+
+  // Issued by one thread of the CTA: the bulk copies of this CTA's slices of `row` into
+  // `stage`, which complete the current phase of `bar`.
+  ROWNORM_DEVICE static void Issue(const Team& team, const Args& args, int64_t row, Stage& stage,
+                                   uint64_t* bar) {
+    const TIn* row0 = Base::In(args, 0, row, true);
+    const auto geo = RowGeometry<TIn, kVec>::template Of<false>(row0, args.n);
+    using Own = Ownership<Team, kVec>;
+    const int64_t begin = Own::SliceBegin(geo.vecs, team.SliceRank());
+    const int64_t packs = Own::SliceBegin(geo.vecs, team.SliceRank() + 1) - begin;
+    const unsigned bytes = static_cast<unsigned>(packs * sizeof(Pack<TIn, kVec>));
+    ExpectBytes(bar, kIn * bytes);
+    if (bytes > 0) {
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) {
+        CopyBulkAsync(stage.packs[i], Base::In(args, i, row, true) + geo.head + begin * kVec, bytes,
+                      bar);
+      }
+    }
+  }
+
+  // The view of row `row`, whose slices are in `stage` (the caller waited for them).
+  ROWNORM_DEVICE SharedRow(Team& team, const Args& args, int64_t row, const Stage& stage)
+      : Base(team, args, row, true), args_(args), stage_(stage) {}
+
+  // Primitives (see the top of this file).
+  template <class G>
+  ROWNORM_DEVICE void ForEachPack(G g) const {
+    const int tid = team_.ThreadRank();
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own_.first_vec + k * Team::kThreads;
+      if (v < own_.vec_end) {
+        Pack<TIn, kVec> p[kIn];
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) p[i] = stage_.packs[i][tid + k * Team::kThreads];
+        g(k, p, geo_.head + v * kVec);
+      }
+    }
+  }
+  template <bool kTail>
+  ROWNORM_DEVICE void LoadScalar(int64_t col, Acc (&x)[kIn]) const {
+#pragma unroll
+    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(Base::In(args_, i, row_, true)[col]);
+  }
+
+ private:
+  const Args& args_;
+  const Stage& stage_;
 };
 
 #endif  // __CUDACC__

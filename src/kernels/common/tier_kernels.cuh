@@ -354,33 +354,29 @@ __global__ void __launch_bounds__(kCtaThreads)
       sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
 }
 
-// The rows of a cluster tier kernel (ClusterRowKernel, ClusterRowKernel2PerSm); kStages > 0:
-// PrefetchedRows.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
+// The rows of a cluster tier kernel loaded into registers (ClusterRowKernel,
+// ClusterRowKernel2PerSm): a cluster per row (where BulkRowKernel's stages do not fit).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Team = ClusterTeam<kThreads, kCluster>;
   using Row = CachedRow<Args, kVec, kVecs, Team>;
-  __shared__ ClusterReduceStorage<kThreads> storage;
+  __shared__ typename Team::Storage storage;
   Team team{storage};
   const int64_t clusters = gridDim.x / kCluster;
-  if constexpr (kStages > 0) {
-    PrefetchedRows<Row, Op, Args, Team, kStages>(args, op, team, blockIdx.x / kCluster, clusters);
-  } else {
-    for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
-      Row r(team, args, row, true);
-      op(r);
-    }
+  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
+    Row r(team, args, row, true);
+    op(r);
   }
-  cooperative_groups::this_cluster().sync();  // keep our shared memory alive for the peers
+  team.Finish();
 #else
   __trap();
 #endif
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, kStages>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
 // Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
@@ -393,7 +389,61 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads, 2)
     ClusterRowKernel2PerSm(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, 0>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+}
+
+// Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier, dispatch.cuh's
+// BulkRows): a persistent grid of the clusters (kCluster CTAs; 1: single CTAs) the device runs
+// at once; cluster c runs rows c, c + clusters, ... One thread of each CTA keeps the CTA's slices
+// of the next kStages rows in flight (SharedRow::Issue, one bulk copy per input), the CTA's
+// threads run the op on the current row from shared memory (SharedRow), and once every thread
+// is done with the row's slices the stage is refilled. Loaded into registers, a CTA had nothing
+// in flight from its first barrier to its next row, and the 256-thread clusters ran the forward
+// at 70-85% of copy; prefetched with per-thread copies (cp.async, PrefetchedRows), the row's
+// registers and the copies' addresses made fewer CTAs fit (benchmarks/results/h200/NOTES.md §4).
+template <int kThreads, int kCluster>
+using TeamOf =
+    std::conditional_t<(kCluster > 1), ClusterTeam<kThreads, kCluster>, CtaTeam<kThreads>>;
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
+__global__ void __launch_bounds__(kThreads) BulkRowKernel(const Args args, const Op op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(kStages >= 2, "one stage would leave nothing in flight while a row is processed");
+  using Team = TeamOf<kThreads, kCluster>;
+  using Row = SharedRow<Args, kVec, kVecs, Team>;
+  __shared__ typename Team::Storage storage;
+  __shared__ uint64_t landed[kStages];  // stage s's copies have landed
+  Team team{storage};
+  auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
+  const int64_t first = blockIdx.x / kCluster;
+  const int64_t step = gridDim.x / kCluster;
+  const bool issuer = threadIdx.x == 0;
+  if (issuer) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) InitBarrier(&landed[s]);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int64_t row = first + s * step;
+      if (row < args.rows) Row::Issue(team, args, row, stages[s], &landed[s]);
+    }
+  }
+  __syncthreads();      // the barriers initialized
+  unsigned parity = 0;  // bit s: the parity of stage s's next phase
+  int s = 0;
+  for (int64_t row = first; row < args.rows; row += step) {
+    WaitBarrier(&landed[s], (parity >> s) & 1u);
+    parity ^= 1u << s;
+    Row r(team, args, row, stages[s]);
+    op(r);
+    __syncthreads();  // every thread is done with stage s
+    const int64_t next = row + kStages * step;
+    if (issuer && next < args.rows) Row::Issue(team, args, next, stages[s], &landed[s]);
+    s = s + 1 == kStages ? 0 : s + 1;
+  }
+  team.Finish();
+#else
+  __trap();
+#endif
 }
 
 template <class Op, class Args, int kVec, int kThreads>
