@@ -18,7 +18,7 @@
 // The forward runs both passes over the row where the tier caches it (registers), so the row is
 // read from memory once; the streaming tier reads it once per pass. Two all-reduces per row:
 // merging per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured
-// slower on the cluster tier, although a second all-reduce costs a cluster barrier there
+// slower on the cluster tier, although a second all-reduce costs a round trip between the CTAs
 // (benchmarks/results/h100/NOTES.md §6 has the numbers). The backward reads the saved (μ, r)
 // (8 bytes a row) instead of making them again, so it reduces once per row, as rms_norm's
 // does: its second all-reduce was a second barrier between the loads and the stores.

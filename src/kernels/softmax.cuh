@@ -5,7 +5,7 @@
 //   forward   m = max(x), s = Σ exp(x − m): two plain all-reduces where the tier caches the
 //             row; one online all-reduce of (max, Σ exp) pairs (merged by rescaling the
 //             smaller maximum's sum) where it streams it (a pair per element) or where an
-//             all-reduce is a cluster barrier (a pair per thread, PrefersOneRound), then
+//             all-reduce crosses the cluster (a pair per thread, PrefersOneRound), then
 //             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
@@ -54,7 +54,7 @@ struct SoftmaxFwdOp {
     Acc m;
     Acc s;
     if constexpr (PrefersOneRound<Row>::value) {
-      // The row is in registers and an all-reduce is a cluster barrier: each thread makes its
+      // The row is cached and an all-reduce crosses the cluster: each thread makes its
       // own (max, Σ exp(x − max)) in two passes over its values, then one all-reduce merges
       // the pairs. A thread whose values are all −inf (or that holds none) contributes
       // (−inf, 0).

@@ -31,7 +31,7 @@
 //                                 strided tile's spare lanes): a per-row side input (saved
 //                                 statistics) must not be read at Index() there;
 //   Row::kCached                  whether another Reduce is free (row in registers);
-//   PrefersOneRound<Row>          whether an all-reduce is expensive (a cluster barrier), so
+//   PrefersOneRound<Row>          whether an all-reduce is expensive (it crosses a cluster), so
 //                                 that statistics needing two are better made from
 //                                   row.ReduceLocal(op, f)  (this thread's elements only) and
 //                                   row.AllReduce(v, op)    (Reduce = AllReduce ∘ ReduceLocal).

@@ -33,7 +33,7 @@ class RowOps {
  public:
   using Acc = AccT;
   // Row views that differ override these (see op_traits.h and StoreWith below).
-  static constexpr bool kOneRound = false;      // an all-reduce is a cluster barrier
+  static constexpr bool kOneRound = false;      // an all-reduce crosses a cluster
   static constexpr bool kPackedParams = false;  // StoreWith reads parameters a pack at a time
   static constexpr bool kSharedParams = false;  // ReduceWith reads them from shared memory
 
@@ -66,8 +66,9 @@ class RowOps {
 
 // Whether an op body should make statistics that take two all-reduces (softmax's max and
 // Σ exp) from per-thread partials merged in one all-reduce (row.ReduceLocal / row.AllReduce):
-// where an all-reduce is a cluster barrier (CachedRow on the cluster tier). Elsewhere a second
-// barrier costs about what the merge does (benchmarks/results/h100/NOTES.md §6).
+// where an all-reduce crosses a cluster (a round trip between its CTAs: the cluster tier's
+// rows). Elsewhere a second barrier costs about what the merge does (benchmarks/results/h100/
+// NOTES.md §6; measured when the cluster's all-reduce was a cluster barrier, before §27).
 template <class Row>
 struct PrefersOneRound : std::bool_constant<Row::kOneRound> {};
 

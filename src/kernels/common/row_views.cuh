@@ -411,7 +411,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   using typename Base::TIn;
   static constexpr int kIn = Base::kIn;
   static constexpr bool kCached = true;                 // another Reduce costs no memory traffic
-  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
+  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce crosses the cluster
   static constexpr bool kPackedParams = true;
   static constexpr bool kSharedParams = kParamsCached;
 
@@ -693,7 +693,7 @@ class SharedRow : public PackedRow<SharedRow<Args, kVec, kVecs, Team>, Args, kVe
   using typename Base::TIn;
   static constexpr int kIn = Base::kIn;
   static constexpr bool kCached = true;                 // another Reduce reads shared memory only
-  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce is a cluster barrier
+  static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce crosses the cluster
   static constexpr bool kPackedParams = true;
   using Stage = RowSlices<Args, kVec, kVecs, Team::kThreads>;
 
