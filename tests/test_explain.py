@@ -205,8 +205,8 @@ def _gpu_table_args(op: str, backward: bool) -> tuple[bool, bool]:
 
 def _row_words(plan: rownorm.Plan) -> dict[str, str]:
     words = dict(w.split("=", 1) for w in plan.raw.split())
-    # stages: set per op by the launcher, not by the table
-    for key in ("rows", "n", "param_grads", "chunks", "stages"):
+    # stages, params: set per op by the launcher, not by the table
+    for key in ("rows", "n", "param_grads", "chunks", "stages", "params"):
         words.pop(key, None)
     return words
 

@@ -142,13 +142,13 @@ def _cluster_case(op: str, x: torch.Tensor, dy: torch.Tensor) -> list[torch.Tens
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
-def test_cluster_rows_in_shared_memory_match_registers(dtype, monkeypatch):
-    """The cluster tier runs a row from shared memory (BulkRowKernel: bulk copies, the next
-    rows in flight) or from registers (ClusterRowKernel), whichever kernel the device holds
-    more of (dispatch.cuh's PlanRowOp); ROWNORM_DISABLE_BULK_ROWS=1 takes the registers. Both
-    visit a thread's packs in the same order and reduce in the same order: every output and
-    gradient is bitwise the same, on rows aligned and odd (head and tail scalars), and on a
-    Hopper the 16-bit layer_norm forward runs from shared memory."""
+def test_cluster_kernels_agree(dtype, monkeypatch):
+    """The cluster tier has three kernels (dispatch.cuh): rows in registers, a cluster per row;
+    rows in shared memory by bulk copies (``stages=2``); rows in registers with the parameters
+    read once per CTA (``params=once``: forwards with a weight, aligned rows). PlanRowOp picks
+    the one the device holds most of; ROWNORM_CLUSTER_ROWS forces one where it exists. All visit
+    a thread's packs and reduce in the same order: every output and gradient is bitwise the
+    same, on rows aligned and odd (head and tail scalars; no kept parameters there)."""
     import rownorm
 
     elem = dtype.itemsize
@@ -156,19 +156,28 @@ def test_cluster_rows_in_shared_memory_match_registers(dtype, monkeypatch):
     lengths = [n for n in tier_edge_lengths(elem) if plan_row_tier(n, vec).tier == "cluster"]
     assert lengths
     ops = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "log_softmax", "l2_normalize")
-    bulk_plans = 0
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    shared_plans = 0
     for n in lengths:
         x = scaled_rows(3, n, dtype, "cuda")
         dy = torch.randn_like(x)
         for op in ops:
             runs, plans = {}, {}
-            for disabled in ("1", "0"):
-                monkeypatch.setenv("ROWNORM_DISABLE_BULK_ROWS", disabled)
-                runs[disabled] = _cluster_case(op, x, dy)
-                plans[disabled] = (rownorm.explain(x, op), rownorm.explain(x, op, backward=True))
-            assert all(p.stages is None for p in plans["1"]), (op, n, plans["1"])
-            bulk_plans += sum(p.stages == 2 for p in plans["0"])
-            for i, (a, b) in enumerate(zip(runs["1"], runs["0"], strict=True)):
-                assert torch.equal(a, b), (op, n, i, plans["0"])
-    if dtype == torch.bfloat16 and torch.cuda.get_device_capability()[0] == 9:
-        assert bulk_plans > 0
+            for kind in ("registers", "shared", "params", ""):
+                monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+                runs[kind] = _cluster_case(op, x, dy)
+                plans[kind] = (rownorm.explain(x, op), rownorm.explain(x, op, backward=True))
+            assert all(p.stages is None and p.params is None for p in plans["registers"])
+            assert all(p.params is None for p in plans["shared"])
+            assert all(p.stages is None for p in plans["params"])
+            shared_plans += sum(p.stages == 2 for p in plans["shared"])
+            params = plans["params"][0].params
+            if hopper and op in ("rms_norm", "layer_norm", "add_rms_norm") and n % vec == 0:
+                assert params == "once", (op, n, plans["params"])
+            elif op not in ("rms_norm", "layer_norm", "add_rms_norm") or n % vec != 0:
+                assert params is None, (op, n, plans["params"])
+            for kind in ("shared", "params", ""):
+                for i, (a, b) in enumerate(zip(runs["registers"], runs[kind], strict=True)):
+                    assert torch.equal(a, b), (op, n, kind, i, plans[kind])
+    if hopper:
+        assert shared_plans > 0

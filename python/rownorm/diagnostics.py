@@ -53,6 +53,8 @@ class Plan:
         stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies); None where loads go straight to registers.
+        params: cluster tier, forward: ``"once"`` where each CTA of a persistent grid reads
+            its columns' weight (and bias) once, not in every row.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
@@ -77,6 +79,7 @@ class Plan:
     packs: int | None = None
     stages: int | None = None
     kernel: str | None = None
+    params: str | None = None
     param_grads: str | None = None
     chunks: int | None = None
     chunk_rows: int | None = None
@@ -115,6 +118,8 @@ def _describe(p: Plan) -> str:
         )
     if p.stages:
         text += f"; the next {p.stages} {'tiles' if p.path == 'strided' else 'rows'} in flight"
+    if p.params == "once":
+        text += "; parameters read once per CTA"
     if p.param_grads == "fused":
         rows = f" of {p.chunk_rows} rows" if p.chunk_rows else ""
         text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"

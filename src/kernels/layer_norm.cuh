@@ -47,6 +47,10 @@ struct LayerNormFwdOp {
   const W* bias;    // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
 
+  ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
+    return {{weight, bias}, {1.0f, 0.0f}};
+  }
+
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
@@ -62,7 +66,7 @@ struct LayerNormFwdOp {
     }
     StoreWith(
         row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
-        ParamList<W, 2>{{weight, bias}, {1.0f, 0.0f}});
+        ColumnParams());
   }
 };
 

@@ -36,11 +36,11 @@ struct RmsNormScale {
   Acc weight_offset;      // c of y = ŷ·(w + c); 0 without a weight (the binding checks it)
   bool round_normalized;  // casting mode "llama": ŷ rounded to T before the product
 
-  // Output 0 at col = ŷ(x, col)·(w + c), ŷ rounded to T first in the "llama" mode.
-  template <class Row, class Yhat, typename W>
-  ROWNORM_HOST_DEVICE void Store(Row& row, Yhat yhat, const W* weight) const {
+  // Output 0 at col = ŷ(x, col)·(w + c), ŷ rounded to T first in the "llama" mode; `params`
+  // lists the weight (the op's ColumnParams()).
+  template <class Row, class Yhat, class PS>
+  ROWNORM_HOST_DEVICE void Store(Row& row, Yhat yhat, const PS& params) const {
     const Acc c = weight_offset;
-    const ParamList<W, 1> params{{weight}, {1.0f}};
     if (!std::is_same_v<T, Acc> && round_normalized) {
       StoreWith(
           row,
@@ -65,12 +65,15 @@ struct RmsNormFwdOp {
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;
 
+  // The weight (the parameters a persistent kernel may keep per CTA: op_traits.h).
+  ROWNORM_HOST_DEVICE ParamList<W, 1> ColumnParams() const { return {{weight}, {1.0f}}; }
+
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* x, int64_t) { return x[0] * x[0]; });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    scale.Store(row, [r](const Acc* x, int64_t) { return x[0] * r; }, weight);
+    scale.Store(row, [r](const Acc* x, int64_t) { return x[0] * r; }, ColumnParams());
   }
 };
 
@@ -144,6 +147,8 @@ struct AddRmsNormFwdOp {
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;
 
+  ROWNORM_HOST_DEVICE ParamList<W, 1> ColumnParams() const { return {{weight}, {1.0f}}; }
+
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
@@ -152,7 +157,8 @@ struct AddRmsNormFwdOp {
       return h * h;
     });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
-    scale.Store(row, [r](const Acc* v, int64_t) { return RoundTo<T>(v[0] + v[1]) * r; }, weight);
+    scale.Store(
+        row, [r](const Acc* v, int64_t) { return RoundTo<T>(v[0] + v[1]) * r; }, ColumnParams());
     row.Store(Output<1>{}, [](const Acc* v, int64_t) { return v[0] + v[1]; });
   }
 };

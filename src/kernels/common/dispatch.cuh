@@ -134,36 +134,54 @@ constexpr size_t RowStageBytes() {
 // ---------------------------------------------------------------------------------------
 // The row tiers.
 
-// The cluster tier's rows in shared memory (BulkRowKernel, sm_90+): kBulkStages rows in flight
-// per CTA, where the stages take at most kMaxBulkStageBytes (one input: every configuration;
-// three inputs: the 256-thread ones, one CTA per SM). Planned where the device holds more of
-// its clusters at once than of the register kernel's (PlanRowOp; RowPlan::stages =
-// kBulkStages); elsewhere the rows are loaded into registers (ClusterRowKernel).
+// The cluster tier's kernels (sm_90+), per configuration:
+//   kRegisters  ClusterRowKernel: a cluster per row, the row loaded into registers;
+//   kShared     BulkRowKernel: a persistent grid, the rows in shared memory by bulk copies with
+//               kBulkStages in flight, where the stages take at most kMaxClusterSmem (one
+//               input: every configuration; three: the 256-thread ones, one CTA per SM);
+//   kParams     ClusterParamRowKernel: forwards with per-column parameters on aligned rows, a
+//               persistent grid of register rows whose parameters are read once per CTA.
+// PlanRowOp picks, per device, the one it holds the most clusters of at once (the GPU's
+// properties, not the row count): ties go to kParams (it reads the fewest bytes), then to
+// kRegisters (measured against kShared: benchmarks/results/h100/NOTES.md §27).
 constexpr int kBulkStages = 2;
-constexpr size_t kMaxBulkStageBytes = 200 * 1024;
-template <class Args, int kThreads>
-constexpr size_t BulkStageBytes() {
-  return kBulkStages * sizeof(RowSlices<Args, Args::kPackWidth, kClusterVecs, kThreads>);
-}
-template <class Args, int kThreads>
-constexpr bool kBulkFits = BulkStageBytes<Args, kThreads>() <= kMaxBulkStageBytes;
-
-// The cluster kernel of a configuration, and its dynamic shared memory.
-template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
-constexpr auto ClusterKernel() {
-  if constexpr (kBulk) {
-    static_assert(kBulkFits<Args, kThreads>, "planned only where the stages fit");
-    return BulkRowKernel<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster, kBulkStages>;
-  } else if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
-    // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
-    return ClusterRowKernel2PerSm<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster>;
+constexpr size_t kMaxClusterSmem = 200 * 1024;
+template <class Op, class Args, int kThreads, ClusterKind kKind>
+constexpr size_t ClusterSmem() {
+  if constexpr (kKind == ClusterKind::kShared) {
+    return kBulkStages * sizeof(RowSlices<Args, Args::kPackWidth, kClusterVecs, kThreads>);
+  } else if constexpr (kKind == ClusterKind::kParams) {
+    return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kClusterVecs, kThreads>);
   } else {
-    return ClusterRowKernel<Op, Args, Args::kPackWidth, kClusterVecs, kThreads, kCluster>;
+    return 0;
   }
 }
-template <class Args, int kThreads, bool kBulk>
-constexpr size_t ClusterSmem() {
-  return kBulk ? BulkStageBytes<Args, kThreads>() : 0;
+// Whether the configuration has that kernel.
+template <class Op, class Args, int kThreads, ClusterKind kKind>
+constexpr bool ClusterKindExists() {
+  if constexpr (kKind == ClusterKind::kParams &&
+                (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0)) {
+    return false;
+  } else {
+    return ClusterSmem<Op, Args, kThreads, kKind>() <= kMaxClusterSmem;
+  }
+}
+
+// The cluster kernel of a configuration.
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
+constexpr auto ClusterKernel() {
+  static_assert(ClusterKindExists<Op, Args, kThreads, kKind>(), "planned only where it exists");
+  constexpr int kVec = Args::kPackWidth;
+  if constexpr (kKind == ClusterKind::kShared) {
+    return BulkRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster, kBulkStages>;
+  } else if constexpr (kKind == ClusterKind::kParams) {
+    return ClusterParamRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+  } else if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
+    // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
+    return ClusterRowKernel2PerSm<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+  } else {
+    return ClusterRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+  }
 }
 
 template <int kThreads, int kCluster, size_t kSmem = 0>
@@ -184,18 +202,18 @@ cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaS
 
 // How many clusters of this configuration `device` (the current one) runs at once; 0 where it
 // cannot co-schedule one (16 is a non-portable size; a GPU or partition may hold fewer SMs per
-// GPC; the bulk kernel's stages may not fit its shared memory). Read once per device, when the
-// kernel's limits are raised (the non-portable size, the shared memory of its stages).
-template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
+// GPC; the kernel's shared memory may not fit) or where the kernel does not exist. Read once
+// per device, when the kernel's limits are raised (the non-portable size, its shared memory).
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
 cudaError_t CoResidentClusters(int device, int* clusters) {
-  if constexpr (kBulk && !kBulkFits<Args, kThreads>) {
+  if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind>()) {
     *clusters = 0;
     return cudaSuccess;
   } else {
     static PerDevice<int> cache;
     return cache.Get(device, clusters, [](int, int* out) {
-      constexpr size_t kSmem = ClusterSmem<Args, kThreads, kBulk>();
-      auto kernel = ClusterKernel<Op, Args, kThreads, kCluster, kBulk>();
+      constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind>();
+      auto kernel = ClusterKernel<Op, Args, kThreads, kCluster, kKind>();
       cudaError_t err = cudaSuccess;
       if (kCluster > 8) {
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -220,20 +238,20 @@ cudaError_t CoResidentClusters(int device, int* clusters) {
   }
 }
 
-template <class Op, class Args, bool kBulk>
+template <class Op, class Args, ClusterKind kKind>
 cudaError_t CoResidentClusters(int device, const RowPlan& plan, int* clusters) {
   if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads) {
-      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kBulk>(device,
+      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kKind>(device,
                                                                                    clusters);
     }
   }
   switch (plan.cluster) {
-    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kBulk>(device, clusters);
-    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kBulk>(device, clusters);
-    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kBulk>(device, clusters);
+    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kKind>(device, clusters);
+    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kKind>(device, clusters);
+    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kKind>(device, clusters);
     case kMaxCluster:
-      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kBulk>(device, clusters);
+      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kKind>(device, clusters);
   }
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
@@ -262,20 +280,28 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
                          OpTraits<Op>::kWideCluster);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
-    if (plan->tier == RowTier::kCluster) {
-      // Rows in shared memory (BulkRowKernel) where the device holds more of those clusters at
-      // once than of the register kernel's; else in registers. H100, forward, % of copy
-      // (benchmarks/results/h100/NOTES.md §27): the register kernels of up to ~64 registers
-      // (4 CTAs per SM: rms_norm, l2_normalize) 94-99% at 65536-131072 16-bit elements, the
-      // bulk one 83-91%; layer_norm's 16-bit one (92 registers, 2 CTAs per SM) 65-69%, the
-      // bulk one (3 CTAs per SM) 78-80%. Ties (softmax, fp32 layer_norm: 3 and 3) measured
-      // within 2% or for the registers, but at 262144 fp32 (bulk 70%, registers 61%).
-      int bulk = 0, registers = 0;
-      if (!BulkRowsDisabled()) err = CoResidentClusters<Op, Args, true>(device, *plan, &bulk);
-      if (err == cudaSuccess) err = CoResidentClusters<Op, Args, false>(device, *plan, &registers);
+    if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
+      const std::optional<ClusterKind> forced = ForcedClusterKind();
+      const auto asked = [&](ClusterKind k) { return !forced.has_value() || *forced == k; };
+      int shared = 0, params = 0, registers = 0;
+      if (asked(ClusterKind::kShared)) {
+        err = CoResidentClusters<Op, Args, ClusterKind::kShared>(device, *plan, &shared);
+      }
+      if (err == cudaSuccess && asked(ClusterKind::kParams) && FusedOperandsAligned(a) &&
+          a.n % Args::kPackWidth == 0) {
+        err = CoResidentClusters<Op, Args, ClusterKind::kParams>(device, *plan, &params);
+      }
+      if (err == cudaSuccess) {
+        err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(device, *plan, &registers);
+      }
       if (err != cudaSuccess) return err;
-      if (bulk > registers) plan->stages = kBulkStages;
-      if (bulk == 0 && registers == 0) *plan = StreamingPlan(plan->vec);
+      if (params > 0 && (forced.has_value() || (params >= registers && params >= shared))) {
+        plan->params_once = true;
+      } else if (shared > 0 && (forced.has_value() || shared > registers)) {
+        plan->stages = kBulkStages;
+      } else if (registers == 0) {
+        *plan = StreamingPlan(plan->vec);
+      }
     }
     constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
     if constexpr (kStages > 0) {
@@ -291,36 +317,42 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   return cudaSuccess;
 }
 
-// Launches one cluster configuration (PlanRowOp found that the device co-schedules it): with
-// its rows in shared memory (kBulk), a persistent grid of the clusters the device runs at once;
-// else a cluster per row.
-template <class Op, class Args, int kThreads, int kCluster, bool kBulk>
+// Launches one cluster configuration (PlanRowOp found that the device co-schedules it): the
+// persistent kernels (kShared, kParams) as a grid of the clusters the device runs at once, the
+// register one as a cluster per row.
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  constexpr size_t kSmem = ClusterSmem<Args, kThreads, kBulk>();
+  constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
-  if constexpr (kBulk) {
+  if constexpr (kKind != ClusterKind::kRegisters) {
     int device = 0, resident = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err == cudaSuccess)
-      err = CoResidentClusters<Op, Args, kThreads, kCluster, true>(device, &resident);
+      err = CoResidentClusters<Op, Args, kThreads, kCluster, kKind>(device, &resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kBulk>(), a, op);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind>(), a, op);
 }
 
 template <class Op, class Args, int kThreads, int kCluster>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, const RowPlan& plan,
                              cudaStream_t stream) {
-  if constexpr (kBulkFits<Args, kThreads>) {
-    if (plan.stages == kBulkStages) {
-      return LaunchClusterRow<Op, Args, kThreads, kCluster, true>(a, op, stream);
+  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kParams>()) {
+    if (plan.params_once) {
+      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kParams>(a, op, stream);
     }
   }
-  return LaunchClusterRow<Op, Args, kThreads, kCluster, false>(a, op, stream);
+  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kShared>()) {
+    if (plan.stages == kBulkStages) {
+      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kShared>(a, op, stream);
+    }
+  }
+  if (plan.params_once || plan.stages != 0) return cudaErrorInvalidConfiguration;
+  return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kRegisters>(a, op, stream);
 }
 
 template <class Op, class Args, int kVec>

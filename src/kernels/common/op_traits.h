@@ -48,6 +48,11 @@
 // softmax only: 0.83-0.90x the time on the H200, where rms_norm and l2_normalize took up to
 // 1.26x and every 256-thread cluster 1.1-1.3x (benchmarks/results/h200/NOTES.md §4).
 //
+// ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
+// its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
+// rows per CTA keep them per CTA (the fused sums below; the persistent cluster kernel of the
+// forwards, ClusterParamRowKernel) instead of reading them again in every row.
+//
 // kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
 // sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
 // gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere), and
@@ -57,6 +62,7 @@
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "kernels/common/args.h"
 
@@ -86,6 +92,11 @@ template <class Op>
 struct PrefetchRows<Op, std::void_t<decltype(Op::kPrefetchRows)>>
     : std::bool_constant<Op::kPrefetchRows> {};
 template <class Op, class = void>
+struct HasColumnParams : std::false_type {};
+template <class Op>
+struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
+    : std::true_type {};
+template <class Op, class = void>
 struct ColumnSumCount : std::integral_constant<int, 0> {};
 template <class Op>
 struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
@@ -98,6 +109,7 @@ struct OpTraits {
   static constexpr int kOut = op_traits_detail::OutCount<Op>::value;
   static constexpr bool kWideCluster = op_traits_detail::WideCluster<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
+  static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kPrefetchRows = op_traits_detail::PrefetchRows<Op>::value;
 };
 

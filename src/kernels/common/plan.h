@@ -45,13 +45,21 @@ inline int64_t PlanLengthFloor() {
   return v == nullptr ? 0 : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
 }
 
-// ROWNORM_DISABLE_BULK_ROWS=1 (read at every plan, like ROWNORM_PLAN_AS_N) loads the cluster
-// tier's rows into registers (ClusterRowKernel), as on a device whose shared memory cannot hold
-// the bulk kernel's stages (dispatch.cuh's PlanRowOp): that path, testable on a Hopper, and the
-// A/B of the two in one build. Unset, empty or 0: rows in shared memory where they fit.
-inline bool BulkRowsDisabled() {
-  const char* v = std::getenv("ROWNORM_DISABLE_BULK_ROWS");
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+// The cluster tier's kernels (dispatch.cuh has them and how PlanRowOp picks one per device):
+// rows in registers, a cluster per row; rows in shared memory by bulk copies, persistent; rows
+// in registers with the parameters read once per CTA, persistent (forwards with parameters).
+enum class ClusterKind { kRegisters, kShared, kParams };
+
+// ROWNORM_CLUSTER_ROWS=registers|shared|params (read at every plan, like ROWNORM_PLAN_AS_N)
+// runs the cluster tier on that kernel where it exists for the op and fits the device, on the
+// register one elsewhere: every path testable on a Hopper, and the A/B of them in one build.
+// Unset or empty: PlanRowOp's choice.
+inline std::optional<ClusterKind> ForcedClusterKind() {
+  const char* v = std::getenv("ROWNORM_CLUSTER_ROWS");
+  if (v == nullptr || v[0] == '\0') return std::nullopt;
+  if (std::strcmp(v, "shared") == 0) return ClusterKind::kShared;
+  if (std::strcmp(v, "params") == 0) return ClusterKind::kParams;
+  return ClusterKind::kRegisters;
 }
 
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
@@ -68,6 +76,7 @@ struct RowPlan {
   int cluster = 0;  // kCluster: CTAs per row
   int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
   int stages = 0;   // rows in flight ahead of the current one (set by the launcher's planning)
+  bool params_once = false;  // kCluster: the parameters read once per CTA (the launcher's)
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
@@ -398,6 +407,7 @@ inline std::string Describe(const RowPlan& p) {
   if (p.tier == RowTier::kCluster) s += " cluster=" + std::to_string(p.cluster);
   if (p.tier != RowTier::kStreaming) s += " packs=" + std::to_string(p.packs);
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
+  if (p.params_once) s += " params=once";
   return s;
 }
 

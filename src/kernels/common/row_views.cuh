@@ -188,7 +188,7 @@ struct ParamCache {
     }
   }
 
-  ROWNORM_DEVICE void Get(int k, int rank, Acc (&pv)[K][kVec]) const {
+  ROWNORM_DEVICE void Get(const PS&, int k, int rank, Acc (&pv)[K][kVec]) const {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
 #pragma unroll
@@ -196,6 +196,62 @@ struct ParamCache {
         const Piece q = pieces[j][k][h][rank];
 #pragma unroll
         for (int e = 0; e < kPiece; ++e) pv[j][h * kPiece + e] = q.v[e];
+      }
+    }
+  }
+};
+
+// The per-column parameters (an op's ColumnParams()) of the columns one thread of a persistent
+// cluster kernel owns in every row (ClusterParamRowKernel), as stored (W: a 16-bit weight
+// slice of a 256 x 8-pack CTA is 32 KB, half of ParamCache's float32), copied once per CTA by
+// each thread for its own packs and read back by that thread only (no barrier). Read per row
+// from global memory, a 16-bit weight is as many bytes from L2 as x itself: rms_norm's
+// forward ran at 84% of copy on the H200 with its weight, 95% without
+// (benchmarks/results/h100/NOTES.md §27). Thread t's pack k of parameter j at [j][k][h][t],
+// in 16-byte pieces h. Valid for aligned rows (RowGeometry::Of<true>) of the CTA's slice
+// [begin, end) of packs.
+template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
+struct ParamSlices {
+  using List = PS;
+  using W = typename PS::Elem;
+  static constexpr int K = PS::kCount;
+  static constexpr int kPiece =
+      kVec * static_cast<int>(sizeof(W)) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
+  static constexpr int kPieces = kVec / kPiece;
+  Pack<W, kPiece> pieces[K][kVecs][kPieces][kThreads];
+
+  // Thread `rank` copies its packs begin + rank + k * kThreads (< end) of every given
+  // parameter (ParamsPackable alignment: checked on the host).
+  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t begin, int64_t end) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (ps.p[j] == nullptr) continue;
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t v = begin + rank + int64_t{k} * kThreads;
+        if (v >= end) continue;
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h)
+          pieces[j][k][h][rank].Load(ps.p[j] + v * kVec + h * kPiece);
+      }
+    }
+  }
+
+  ROWNORM_DEVICE void Get(const PS& ps, int k, int rank, Acc (&pv)[K][kVec]) const {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (ps.p[j] != nullptr) {
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h) {
+          const Pack<W, kPiece> q = pieces[j][k][h][rank];
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) {
+            pv[j][h * kPiece + e] = ps.template Of<Acc>(static_cast<Acc>(q.Get(e)));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) pv[j][e] = ps.template Absent<Acc>(j);
       }
     }
   }
@@ -499,7 +555,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     if constexpr (kParamsCached) {
       static_assert(std::is_same_v<PS, typename Cache::List>,
                     "an op body reads the parameters its ColumnParams() lists");
-      cache_->Get(k, team_.ThreadRank(), pv);
+      cache_->Get(ps, k, team_.ThreadRank(), pv);
     } else {
       Base::ParamPack(ps, k, col0, pv);
     }

@@ -379,6 +379,38 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
+// The cluster rows of a forward with per-column parameters (OpTraits::kColumnParams, no column
+// sums): a persistent grid of the clusters the device runs at once, rows in registers, whose
+// threads copy their columns' parameters once (ParamSlices, dynamic shared memory) instead of
+// reading them in every row. Aligned rows only (head == tail == 0: checked on the host).
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
+                                  AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Team = ClusterTeam<kThreads, kCluster>;
+  using Slices = ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>;
+  using Row = CachedRow<Args, kVec, kVecs, Team, true, Slices>;
+  __shared__ typename Team::Storage storage;
+  Team team{storage};
+  auto& slices = *reinterpret_cast<Slices*>(DynamicSharedMemory());
+  const int64_t vecs = args.n / kVec;
+  const int slice = team.SliceRank();
+  slices.Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
+              Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
+  const int64_t clusters = gridDim.x / kCluster;
+  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
+    Row r(team, args, row, true, &slices);
+    op(r);
+  }
+  team.Finish();
+#else
+  __trap();
+#endif
+}
+
 // Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
 // two column sums (layer_norm; dispatch.cuh's ClusterKernel picks it). Left alone ptxas gives
 // it 131-135 registers, one CTA per SM: its 8-CTA rows (bf16 131072) took 1.30x the time of
