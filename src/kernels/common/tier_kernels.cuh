@@ -424,15 +424,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
-// Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier, dispatch.cuh's
-// BulkRows): a persistent grid of the clusters (kCluster CTAs; 1: single CTAs) the device runs
-// at once; cluster c runs rows c, c + clusters, ... One thread of each CTA keeps the CTA's slices
-// of the next kStages rows in flight (SharedRow::Issue, one bulk copy per input), the CTA's
-// threads run the op on the current row from shared memory (SharedRow), and once every thread
-// is done with the row's slices the stage is refilled. Loaded into registers, a CTA had nothing
-// in flight from its first barrier to its next row, and the 256-thread clusters ran the forward
-// at 70-85% of copy; prefetched with per-thread copies (cp.async, PrefetchedRows), the row's
-// registers and the copies' addresses made fewer CTAs fit (benchmarks/results/h200/NOTES.md §4).
+// Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier's
+// ClusterKind::kShared, dispatch.cuh): a persistent grid of the clusters (kCluster CTAs; 1:
+// single CTAs) the device runs at once; cluster c runs rows c, c + clusters, ... One thread of
+// each CTA keeps the CTA's slices of the next kStages rows in flight (SharedRow::Issue, one bulk
+// copy per input), the CTA's threads run the op on the current row from shared memory
+// (SharedRow), and once every thread is done with the row's slices the stage is refilled. Few
+// registers, so more CTAs fit than of a register kernel that needs many (16-bit layer_norm's
+// forward: 3 CTAs per SM against 2, 74-80% of copy against 58-69% on the H100); where the
+// register kernel fits as many, it is as fast or faster (benchmarks/results/h100/NOTES.md §27).
 template <int kThreads, int kCluster>
 using TeamOf =
     std::conditional_t<(kCluster > 1), ClusterTeam<kThreads, kCluster>, CtaTeam<kThreads>>;
