@@ -181,3 +181,34 @@ def test_cluster_kernels_agree(dtype, monkeypatch):
                     assert torch.equal(a, b), (op, n, kind, i, plans[kind])
     if hopper:
         assert shared_plans > 0
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
+    """The kernel that keeps the forward's parameters per CTA (``params=once``) copies them an
+    element at a time: a weight and a bias that start mid-pack (views one element into a
+    buffer) give the register kernel's bits."""
+    import rownorm
+
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    n = next(m for m in tier_edge_lengths(elem) if plan_row_tier(m, vec).tier == "cluster")
+    n -= n % vec
+    x = scaled_rows(3, n, dtype, "cuda")
+    w = torch.randn(n + 1, device="cuda", dtype=dtype)[1:]
+    b = torch.randn(n + 1, device="cuda", dtype=dtype)[1:]
+    r = torch.randn_like(x)
+    runs, plans = {}, {}
+    for kind in ("registers", ""):
+        monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+        plans[kind] = rownorm.explain(x, "rms_norm")
+        runs[kind] = [
+            rownorm.rms_norm(x, w),
+            rownorm.layer_norm(x, w, b),
+            *rownorm.add_rms_norm(x, r, w),
+        ]
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert plans[""].params == "once", plans[""]
+    for a, c in zip(runs["registers"], runs[""], strict=True):
+        assert torch.equal(a, c)

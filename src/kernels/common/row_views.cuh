@@ -221,7 +221,7 @@ struct ParamSlices {
   Pack<W, kPiece> pieces[K][kVecs][kPieces][kThreads];
 
   // Thread `rank` copies its packs begin + rank + k * kThreads (< end) of every given
-  // parameter (ParamsPackable alignment: checked on the host).
+  // parameter, an element at a time: once per CTA, and a parameter need not be aligned.
   ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t begin, int64_t end) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
@@ -231,8 +231,12 @@ struct ParamSlices {
         const int64_t v = begin + rank + int64_t{k} * kThreads;
         if (v >= end) continue;
 #pragma unroll
-        for (int h = 0; h < kPieces; ++h)
-          pieces[j][k][h][rank].Load(ps.p[j] + v * kVec + h * kPiece);
+        for (int h = 0; h < kPieces; ++h) {
+          Pack<W, kPiece> q;
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) q.Set(e, ToAcc(ps.p[j][v * kVec + h * kPiece + e]));
+          pieces[j][k][h][rank] = q;
+        }
       }
     }
   }
