@@ -193,8 +193,8 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
 
     elem = dtype.itemsize
     vec = pack_width(elem)
-    n = next(m for m in tier_edge_lengths(elem) if plan_row_tier(m, vec).tier == "cluster")
-    n -= n % vec
+    lengths = tier_edge_lengths(elem)
+    n = next(m for m in lengths if plan_row_tier(m, vec).tier == "cluster" and m % vec == 0)
     x = scaled_rows(3, n, dtype, "cuda")
     w = torch.randn(n + 1, device="cuda", dtype=dtype)[1:]
     b = torch.randn(n + 1, device="cuda", dtype=dtype)[1:]
