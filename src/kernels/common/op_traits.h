@@ -42,11 +42,12 @@
 // input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
 // wide cluster) and run on 256-thread clusters or streaming instead of spilling.
 //
-// kPrefetchRows = true (ops of one input): on the 512-thread x 8-pack configurations (the wide
-// CTA and the wide cluster, one CTA per SM) the next rows are kept in flight into shared memory
-// while the current one is reduced and stored (PrefetchedRows, tier_kernels.cuh). It paid for
-// softmax only: 0.83-0.90x the time on the H200, where rms_norm and l2_normalize took up to
-// 1.26x and every 256-thread cluster 1.1-1.3x (benchmarks/results/h200/NOTES.md §4).
+// kPrefetchRows = true (ops of one input): on the wide CTA (512 threads x 8 packs, one CTA per
+// SM) the next rows are kept in flight into shared memory while the current one is reduced and
+// stored (PrefetchedRows, tier_kernels.cuh). It paid for softmax only: 0.83-0.90x the time on
+// the H200, where rms_norm and l2_normalize took up to 1.26x and every 256-thread cluster
+// 1.1-1.3x (benchmarks/results/h200/NOTES.md §4). The cluster tier keeps rows in flight its own
+// way (dispatch.cuh's ClusterKind), for every op.
 //
 // ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
 // its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
