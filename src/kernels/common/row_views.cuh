@@ -49,7 +49,6 @@ template <int kCtaThreads>
 struct CtaTeam {  // a whole 1-D CTA
   static constexpr int kThreads = kCtaThreads;
   static constexpr int kSlices = 1;
-  using Storage = BlockReduceStorage<kCtaThreads>;
   BlockReduceStorage<kCtaThreads>& storage;
   int parity = 0;
   ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
@@ -58,7 +57,6 @@ struct CtaTeam {  // a whole 1-D CTA
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return BlockAllReduce<kCtaThreads>(v, op, storage, parity);
   }
-  ROWNORM_DEVICE void Finish() {}
 };
 
 // kCluster CTAs of a cluster; CTA rank c owns slice c of the row. Made by every thread of

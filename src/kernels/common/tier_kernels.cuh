@@ -354,18 +354,37 @@ __global__ void __launch_bounds__(kCtaThreads)
       sums, team.rank, static_cast<int64_t>(blockIdx.x) * kGroups + group, chunks, args.n, partial);
 }
 
-// The rows of a cluster tier kernel loaded into registers (ClusterRowKernel,
-// ClusterRowKernel2PerSm): a cluster per row (where BulkRowKernel's stages do not fit).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+// The per-thread copies of an op's ColumnParams() that ClusterParamRowKernel keeps.
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
+                                  AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
+
+// The rows of the cluster tier's register kernels, cluster c running rows c, c + clusters, ...:
+// ClusterRowKernel and ClusterRowKernel2PerSm (a cluster per row), and ClusterParamRowKernel
+// (Slices = ParamSlicesOf: a persistent grid of the clusters the device runs at once on aligned
+// rows, whose threads copy their columns' parameters once into dynamic shared memory instead of
+// reading them in every row; head == tail == 0 is checked on the host).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
+          class Slices = NoParamCache>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kKept = !std::is_same_v<Slices, NoParamCache>;
   using Team = ClusterTeam<kThreads, kCluster>;
-  using Row = CachedRow<Args, kVec, kVecs, Team>;
+  using Row = CachedRow<Args, kVec, kVecs, Team, kKept, Slices>;
   __shared__ typename Team::Storage storage;
   Team team{storage};
+  const Slices* slices = nullptr;
+  if constexpr (kKept) {
+    auto& kept = *reinterpret_cast<Slices*>(DynamicSharedMemory());
+    const int64_t vecs = args.n / kVec;
+    const int slice = team.SliceRank();
+    kept.Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
+              Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
+    slices = &kept;
+  }
   const int64_t clusters = gridDim.x / kCluster;
   for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
-    Row r(team, args, row, true);
+    Row r(team, args, row, true, slices);
     op(r);
   }
   team.Finish();
@@ -379,36 +398,12 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
-// The cluster rows of a forward with per-column parameters (OpTraits::kColumnParams, no column
-// sums): a persistent grid of the clusters the device runs at once, rows in registers, whose
-// threads copy their columns' parameters once (ParamSlices, dynamic shared memory) instead of
-// reading them in every row. Aligned rows only (head == tail == 0: checked on the host).
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
-using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
-                                  AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
-
+// Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
+// with the parameters kept per CTA.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Team = ClusterTeam<kThreads, kCluster>;
-  using Slices = ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>;
-  using Row = CachedRow<Args, kVec, kVecs, Team, true, Slices>;
-  __shared__ typename Team::Storage storage;
-  Team team{storage};
-  auto& slices = *reinterpret_cast<Slices*>(DynamicSharedMemory());
-  const int64_t vecs = args.n / kVec;
-  const int slice = team.SliceRank();
-  slices.Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
-              Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
-  const int64_t clusters = gridDim.x / kCluster;
-  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
-    Row r(team, args, row, true, &slices);
-    op(r);
-  }
-  team.Finish();
-#else
-  __trap();
-#endif
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
+              ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>>(args, op);
 }
 
 // Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
@@ -425,23 +420,19 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier's
-// ClusterKind::kShared, dispatch.cuh): a persistent grid of the clusters (kCluster CTAs; 1:
-// single CTAs) the device runs at once; cluster c runs rows c, c + clusters, ... One thread of
+// ClusterKind::kShared, dispatch.cuh): a persistent grid of the clusters of kCluster CTAs the
+// device runs at once; cluster c runs rows c, c + clusters, ... One thread of
 // each CTA keeps the CTA's slices of the next kStages rows in flight (SharedRow::Issue, one bulk
 // copy per input), the CTA's threads run the op on the current row from shared memory
 // (SharedRow), and once every thread is done with the row's slices the stage is refilled. Few
 // registers, so more CTAs fit than of a register kernel that needs many (16-bit layer_norm's
 // forward: 3 CTAs per SM against 2, 74-80% of copy against 58-69% on the H100); where the
 // register kernel fits as many, it is as fast or faster (benchmarks/results/h100/NOTES.md §27).
-template <int kThreads, int kCluster>
-using TeamOf =
-    std::conditional_t<(kCluster > 1), ClusterTeam<kThreads, kCluster>, CtaTeam<kThreads>>;
-
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kStages>
 __global__ void __launch_bounds__(kThreads) BulkRowKernel(const Args args, const Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(kStages >= 2, "one stage would leave nothing in flight while a row is processed");
-  using Team = TeamOf<kThreads, kCluster>;
+  using Team = ClusterTeam<kThreads, kCluster>;
   using Row = SharedRow<Args, kVec, kVecs, Team>;
   __shared__ typename Team::Storage storage;
   __shared__ uint64_t landed[kStages];  // stage s's copies have landed
