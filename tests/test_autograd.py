@@ -101,7 +101,7 @@ def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields) -> None
     gradients match the reference and are bit-identical run to run."""
     import rownorm
 
-    plan = rownorm.explain(x, op_id, backward=True, param_grads=True)
+    plan = rownorm.explain(x, OPS[op_id].name, backward=True, param_grads=True)
     assert plan.param_grads == "fused", plan.raw
     for field, value in plan_fields.items():
         assert getattr(plan, field) == value, (field, plan.raw)
@@ -138,6 +138,60 @@ def test_clustered_param_grads(op_id, dtype):
         shapes.append((256 * 4 * vec, 64 * 3 + 49))
     for n, m in shapes:
         _check_fused_param_grads(op_id, randn((m, n), dtype, "cuda"), cluster=4, chunk_rows=64)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or torch.cuda.get_device_capability()[0] < 9
+    or os.environ.get("ROWNORM_DISABLE_CLUSTERS", "0") not in ("", "0"),
+    reason="needs a CUDA device with thread-block clusters (sm_90+), not disabled",
+)
+@pytest.mark.parametrize("op_id", PARAM_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_slice_param_grads(op_id, dtype):
+    """Rows past the CTA tier's 4 packs (the wide CTA, the cluster tier; 16-bit layer_norm rows
+    of 512 threads x 4 packs) sum their columns in shared memory on a persistent grid, in
+    chunks of 32 16-bit / 16 fp32 rows (plan.h, kSliceChunkBytes), where the chunks keep the
+    device's CTAs or clusters busy; fewer rows take the two-pass path. With a last chunk part
+    full:
+    the gradients match the reference and are bit-identical run to run, and a row's dx is the
+    same bits on both paths."""
+    import rownorm
+
+    elem = torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elem
+    # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit
+    # layer_norm's 512 x 4 CTA
+    lengths = [512 * 6 * vec, 4096 * 10 + vec]
+    if elem == 2 and op_id == "layer_norm":
+        lengths.append(512 * 3 * vec)
+    for n in lengths:
+        rows = 64
+        while True:  # about the fewest rows whose chunks keep the device busy
+            probe = torch.empty((rows, n), dtype=dtype, device="cuda")
+            plan = rownorm.explain(probe, OPS[op_id].name, backward=True, param_grads=True)
+            if plan.param_grads == "fused":
+                break
+            assert rows < 1 << 16, (n, plan.raw)
+            rows = rows * 3 // 2
+        x = randn((rows + 17, n), dtype, "cuda")
+        _check_fused_param_grads(op_id, x, params="once", chunk_rows=64 // elem)
+        op = OPS[op_id]
+        inp = op.inputs(x, -1)
+        case = raw_case(op, x)
+        outs = case.raw(inp, -1)
+        dys = random_grads(outs)
+        want = frozenset(op.params)
+        fused = case.raw_backward(dys, inp, -1, outs, want)
+        for sl in (slice(0, 3), slice(rows + 10, rows + 17)):
+            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+            few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
+            assert few.param_grads == "two-pass", (n, few.raw)
+            part = case.raw_backward(
+                tuple(d[sl] for d in dys), sub, -1, tuple(o[sl] for o in outs), want
+            )
+            assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
 
 
 @pytest.mark.parametrize("op_id", families())

@@ -53,14 +53,16 @@ class Plan:
         stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies); None where loads go straight to registers.
-        params: cluster tier, forward: ``"once"`` where each CTA of a persistent grid reads
-            its columns' weight (and bias) once, not in every row.
+        params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
+            (and bias) once, not in every row: cluster-tier forwards, and the fused parameter
+            gradients of rows past the CTA tier's 4 packs (column sums in shared memory).
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
         chunks: fused: partials per column sum.
-        chunk_rows: fused, CTA tier: rows per chunk (the rows one partial sums, in order).
+        chunk_rows: fused, CTA and cluster tiers: rows per chunk (the rows one partial
+            sums, in order).
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 

@@ -200,58 +200,67 @@ cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaS
   return cfg;
 }
 
-// How many clusters of this configuration `device` (the current one) runs at once; 0 where it
-// cannot co-schedule one (16 is a non-portable size; a GPU or partition may hold fewer SMs per
-// GPC; the kernel's shared memory may not fit) or where the kernel does not exist. Read once
-// per device, when the kernel's limits are raised (the non-portable size, its shared memory).
+// How many clusters of kCluster CTAs of kKernel (kThreads threads, kSmem bytes of dynamic
+// shared memory) the current device runs at once; 0 where it cannot co-schedule one (16 is a
+// non-portable size; a GPU or partition may hold fewer SMs per GPC; the shared memory may not
+// fit). Read once per device, when the kernel's limits are raised (the non-portable size, its
+// shared memory).
+template <auto kKernel, int kThreads, int kCluster, size_t kSmem>
+cudaError_t ResidentClusters(int* clusters) {
+  static PerDevice<int> cache;
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cache.Get(device, clusters, [](int, int* out) {
+    cudaError_t e = cudaSuccess;
+    if (kCluster > 8) {
+      e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    if (e == cudaSuccess && kSmem > 0) {
+      e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kSmem));
+    }
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg =
+        ClusterConfig<kThreads, kCluster, kSmem>(attr, kCluster, nullptr);
+    int n = 0;
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kKernel, &cfg);
+    if (e != cudaSuccess) {
+      // A failed query means "not co-schedulable" (as on a device without clusters); its
+      // error is cleared so that it does not surface at the next launch.
+      (void)cudaGetLastError();
+    }
+    *out = e == cudaSuccess ? n : 0;
+    return cudaSuccess;
+  });
+}
+
+// The same for one configuration of the cluster tier's row kernels; 0 where the kernel does
+// not exist.
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
-cudaError_t CoResidentClusters(int device, int* clusters) {
+cudaError_t CoResidentClusters(int* clusters) {
   if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind>()) {
     *clusters = 0;
     return cudaSuccess;
   } else {
-    static PerDevice<int> cache;
-    return cache.Get(device, clusters, [](int, int* out) {
-      constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind>();
-      auto kernel = ClusterKernel<Op, Args, kThreads, kCluster, kKind>();
-      cudaError_t err = cudaSuccess;
-      if (kCluster > 8) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      }
-      if (err == cudaSuccess && kSmem > 0) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(kSmem));
-      }
-      cudaLaunchAttribute attr[1];
-      const cudaLaunchConfig_t cfg =
-          ClusterConfig<kThreads, kCluster, kSmem>(attr, kCluster, nullptr);
-      int n = 0;
-      if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
-      if (err != cudaSuccess) {
-        // A failed query means "not co-schedulable" (as on a device without clusters); its
-        // error is cleared so that it does not surface at the next launch.
-        (void)cudaGetLastError();
-      }
-      *out = err == cudaSuccess ? n : 0;
-      return cudaSuccess;
-    });
+    return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind>(), kThreads,
+                            kCluster, ClusterSmem<Op, Args, kThreads, kKind>()>(clusters);
   }
 }
 
 template <class Op, class Args, ClusterKind kKind>
-cudaError_t CoResidentClusters(int device, const RowPlan& plan, int* clusters) {
+cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
   if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads) {
-      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kKind>(device,
-                                                                                   clusters);
+      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kKind>(clusters);
     }
   }
   switch (plan.cluster) {
-    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kKind>(device, clusters);
-    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kKind>(device, clusters);
-    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kKind>(device, clusters);
+    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kKind>(clusters);
+    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kKind>(clusters);
+    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kKind>(clusters);
     case kMaxCluster:
-      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kKind>(device, clusters);
+      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kKind>(clusters);
   }
   return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
 }
@@ -285,14 +294,14 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       const auto asked = [&](ClusterKind k) { return !forced.has_value() || *forced == k; };
       int shared = 0, params = 0, registers = 0;
       if (asked(ClusterKind::kShared)) {
-        err = CoResidentClusters<Op, Args, ClusterKind::kShared>(device, *plan, &shared);
+        err = CoResidentClusters<Op, Args, ClusterKind::kShared>(*plan, &shared);
       }
       if (err == cudaSuccess && asked(ClusterKind::kParams) && FusedOperandsAligned(a) &&
           a.n % Args::kPackWidth == 0) {
-        err = CoResidentClusters<Op, Args, ClusterKind::kParams>(device, *plan, &params);
+        err = CoResidentClusters<Op, Args, ClusterKind::kParams>(*plan, &params);
       }
       if (err == cudaSuccess) {
-        err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(device, *plan, &registers);
+        err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
       }
       if (err != cudaSuccess) return err;
       if (params > 0 && (forced.has_value() || (params >= registers && params >= shared))) {
@@ -325,10 +334,8 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
   if constexpr (kKind != ClusterKind::kRegisters) {
-    int device = 0, resident = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess)
-      err = CoResidentClusters<Op, Args, kThreads, kCluster, kKind>(device, &resident);
+    int resident = 0;
+    const cudaError_t err = CoResidentClusters<Op, Args, kThreads, kCluster, kKind>(&resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
@@ -485,6 +492,95 @@ cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
 
+// Fused sums in shared memory (SliceRowSumsKernel) of a team of kCluster CTAs (1: the wide CTA,
+// or 16-bit layer_norm's 512 x 4 packs) of kThreads x kVecs packs.
+template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+constexpr auto SliceSumKernel =
+    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+constexpr bool SliceSumsFit() {
+  return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
+}
+
+// How many of its teams the current device runs at once (0: not one fits).
+template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+cudaError_t ResidentSliceTeams(int* teams) {
+  constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
+  constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>;
+  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+    *teams = 0;
+    return cudaSuccess;
+  } else if constexpr (kCluster == 1) {
+    return ResidentCtas<kKernel, kSmem>(kThreads, teams);
+  } else {
+    return ResidentClusters<kKernel, kThreads, kCluster, kSmem>(teams);
+  }
+}
+
+// A persistent grid of the teams the device runs at once, at most one per chunk.
+template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& plan,
+                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+    constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
+    constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>;
+    int teams = 0;
+    const cudaError_t err = ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster>(&teams);
+    if (err != cudaSuccess || teams == 0) return err != cudaSuccess ? err : cudaErrorInvalidValue;
+    const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
+    if constexpr (kCluster == 1) {
+      kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
+      return cudaGetLastError();
+    } else {
+      cudaLaunchAttribute attr[1];
+      const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
+      return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
+    }
+  }
+  return cudaErrorInvalidConfiguration;  // PlanRowSumOp plans none
+}
+
+// f(kThreads, kVecs, kCluster) (std::integral_constant<int, ·> each) for the team of a
+// SliceRowSumsKernel plan `k`.
+template <class Op, class Args, class F>
+cudaError_t WithSliceTeam(const RowPlan& k, F f) {
+  using I512 = std::integral_constant<int, 512>;
+  using ICluster = std::integral_constant<int, kClusterThreads>;
+  using IVecs = std::integral_constant<int, kClusterVecs>;
+  if (k.tier == RowTier::kCta && k.threads == 512) {
+    if constexpr (OpTraits<Op>::kWideCluster) {
+      static_assert(kWideCtaThreads == 512, "");
+      if (k.packs == kWideCtaVecs) {
+        return f(I512{}, std::integral_constant<int, kWideCtaVecs>{},
+                 std::integral_constant<int, 1>{});
+      }
+    }
+    if constexpr (OpTraits<Op>::kColumnSums == 2 && sizeof(typename Args::InElem) == 2) {
+      if (k.packs == kCtaVecs) {
+        return f(I512{}, std::integral_constant<int, kCtaVecs>{}, std::integral_constant<int, 1>{});
+      }
+    }
+  } else if (k.tier == RowTier::kCluster && k.packs == kClusterVecs) {
+    if constexpr (OpTraits<Op>::kWideCluster) {
+      static_assert(kWideClusterThreads == 512, "");
+      if (k.threads == kWideClusterThreads) {
+        return f(I512{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
+      }
+    }
+    if (k.threads == kClusterThreads) {
+      switch (k.cluster) {
+        case 2: return f(ICluster{}, IVecs{}, std::integral_constant<int, 2>{});
+        case 4: return f(ICluster{}, IVecs{}, std::integral_constant<int, 4>{});
+        case 8: return f(ICluster{}, IVecs{}, std::integral_constant<int, 8>{});
+        case kMaxCluster: return f(ICluster{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
+      }
+    }
+  }
+  return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+}
+
 // The fused plan of `a` on the current device, or nothing where the fused path does not apply;
 // a staged plan whose CTA does not fit the device runs unstaged (the same chunks).
 template <class Op, class Args>
@@ -496,6 +592,23 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
                         OpTraits<Op>::kColumnSums, Args::kNumIn);
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {
+    if (plan->has_value() && (*plan)->kernel.params_once) {
+      // Sums in shared memory: where the chunks keep at least 2/3 of the teams the device
+      // holds at once busy, over the waves they take. The two-pass backward moves 5 units of
+      // bytes where this one moves 3 (x, dy and dx; the partials are a sixteenth), so it is
+      // ahead from 3/5 of the teams; 2/3 leaves a margin. With fewer chunks (rows), the
+      // two-pass path runs a team per row. Both write the same dx.
+      int teams = 0;
+      err = WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
+        return ResidentSliceTeams<Op, Args, decltype(t)::value, decltype(v)::value,
+                                  decltype(c)::value>(&teams);
+      });
+      if (err != cudaSuccess) return err;
+      const int64_t chunks = (*plan)->chunks;
+      if (teams == 0 || 3 * chunks < 2 * teams * ((chunks + teams - 1) / teams)) plan->reset();
+    }
+  }
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.stages > 0) {
       int ctas = 0;
@@ -569,6 +682,12 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
                            AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // PlanFusedSums plans no float64
     const RowPlan& k = plan.kernel;
+    if (k.params_once) {
+      return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
+        return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
+                                  decltype(c)::value>(a, op, plan, partial, stream);
+      });
+    }
     if (k.tier == RowTier::kGroup) {
       switch (k.width) {
         case 8: return LaunchGroupRowSums<Op, Args, 8>(a, op, partial, stream);

@@ -76,7 +76,8 @@ struct RowPlan {
   int cluster = 0;  // kCluster: CTAs per row
   int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
   int stages = 0;   // rows in flight ahead of the current one (set by the launcher's planning)
-  bool params_once = false;  // kCluster: the parameters read once per CTA (the launcher's)
+  bool params_once = false;  // the parameters read once per CTA: the cluster tier's forwards
+                             // (the launcher's choice), SliceRowSumsKernel (PlanFusedSums)
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
@@ -185,10 +186,10 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 }
 
 // ---------------------------------------------------------------------------------------
-// Fused parameter gradients (ops with column sums): rows that the table puts on the CTA tier,
-// a warp x 8 packs or the 4-pack group tier, that start 16-byte aligned and whose n is a
-// multiple of the pack width run CtaRowSumsKernel / GroupRowSumsKernel, which write per-chunk
-// partials of the sums.
+// Fused parameter gradients (ops with column sums): rows that start 16-byte aligned and whose
+// n is a multiple of the pack width run CtaRowSumsKernel / GroupRowSumsKernel (the CTA tier's
+// 2- and 4-pack rows, a warp x 8 packs, the 4-pack group tier) or SliceRowSumsKernel (longer
+// rows), which write per-chunk partials of the sums.
 // Elsewhere the backward saves per-row statistics for kernels/param_grad.h (a second read of x
 // and dy).
 //
@@ -217,14 +218,23 @@ constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows
 // at most (the 512-thread x 4-pack rows, 64 KB, keep 16-row partials).
 constexpr int kSumClusterCtas = 4;
 constexpr int64_t kMaxSumExchangeBytes = 32 * 1024;
+// Rows past the CTA tier's 4 packs (the wide CTA, the cluster tier) and 16-bit layer_norm
+// rows of 512 threads x 4 packs: a persistent grid of CTAs or clusters, each running whole
+// chunks in turn, its columns' sums in shared memory (SliceRowSumsKernel, planned with
+// params_once: each CTA keeps its columns' weight). A chunk holds kSliceChunkBytes of each
+// column (32 16-bit / 16 fp32 rows), so its float partial is a sixteenth of an input's bytes.
+// The launcher's planning runs it only where the chunks keep most of the teams the device
+// holds at once busy (PlanRowSumOp in dispatch.cuh): with fewer, teams would idle where the
+// two-pass path runs a CTA or cluster per row.
+constexpr int kSliceChunkBytes = 64;
 
 struct FusedSumPlan {
-  // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0) or
-  // GroupRowSumsKernel (kGroup)
+  // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
+  // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
   RowPlan kernel;
   int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
-  int chunk_rows = 0;  // kCta: rows of a chunk (kFusedChunkRows, kStagedChunkRows, or
-                       // kernel.cluster x kFusedChunkRows)
+  int chunk_rows = 0;  // kCta / kCluster: rows of a chunk (kFusedChunkRows, kStagedChunkRows,
+                       // kernel.cluster x kFusedChunkRows, or kSliceChunkBytes / elem_size)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -286,11 +296,20 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   }
   // Two sums, fp32 rows of 512 threads x 4 packs (4097-8192): the same staged kernel, one CTA
   // per SM (two 64 KB stages); two-pass, they ran at 70-72% of copy, 0.74x Liger's step on
-  // both GPUs (NOTES.md §26). 16-bit rows of that shape hold twice the sums' registers.
+  // both GPUs (NOTES.md §26). 16-bit rows of that shape hold twice the sums' registers: their
+  // sums go to shared memory (below).
   if (column_sums == 2 && cta && elem_size == 4 && n <= int64_t{512} * kCtaVecs * vec) {
     RowPlan k{RowTier::kCta, vec, 0, 512, 0, kCtaVecs};
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
+  }
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
+  const bool wide_cta = plan.tier == RowTier::kCta && plan.packs == kWideCtaVecs;
+  if (plan.tier == RowTier::kCluster || wide_cta ||
+      (column_sums == 2 && cta && plan.threads == 512)) {
+    RowPlan k = plan;
+    k.params_once = true;
+    return CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
   }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
@@ -414,7 +433,9 @@ inline std::string Describe(const RowPlan& p) {
 inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
-  if (f.kernel.cluster > 1) s += " cluster=" + std::to_string(f.kernel.cluster);
+  if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
+    s += " cluster=" + std::to_string(f.kernel.cluster);
+  }
   return s;
 }
 

@@ -140,7 +140,85 @@ struct Ownership {
 // owns are the same in every row when rows start 16-byte aligned, which that path requires).
 template <typename Acc, int kK, int kVecs, int kVec>
 struct ColumnSums {
+  static constexpr int kCount = kK;
   Acc v[kK][kVecs][kVec];
+
+  // sum j of the thread's pack k += a[j] (CachedRow::AddColumns).
+  ROWNORM_DEVICE void Add(int k, int, const Acc (&a)[kK][kVec]) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) v[j][k][e] += a[j][e];
+    }
+  }
+};
+
+// The same accumulators in shared memory, for the kernels whose threads own more columns than
+// registers hold next to the row (ClusterRowSumsKernel: 64 columns a thread at 16-bit, 128
+// sums for layer_norm). Each thread reads and writes only its own values, so no barrier:
+// thread t's sums of its pack k at [j][k][h][t], in 16-byte pieces h (a warp's accesses
+// contiguous). Valid for aligned rows of the CTA's slice [begin, end) of packs.
+template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
+struct SharedColumnSums {
+  static constexpr int kCount = kK;
+  static constexpr int kPiece =
+      static_cast<int>(16 / sizeof(Acc)) < kVec ? static_cast<int>(16 / sizeof(Acc)) : kVec;
+  static constexpr int kPieces = kVec / kPiece;
+  struct alignas(kPiece * sizeof(Acc)) Piece {
+    Acc v[kPiece];
+  };
+  Piece pieces[kK][kVecs][kPieces][kThreads];
+
+  ROWNORM_DEVICE void Zero(int rank) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h) {
+          Piece q;
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) q.v[e] = Acc(0);
+          pieces[j][k][h][rank] = q;
+        }
+      }
+    }
+  }
+
+  ROWNORM_DEVICE void Add(int k, int rank, const Acc (&a)[kK][kVec]) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+#pragma unroll
+      for (int h = 0; h < kPieces; ++h) {
+        Piece q = pieces[j][k][h][rank];
+#pragma unroll
+        for (int e = 0; e < kPiece; ++e) q.v[e] += a[j][h * kPiece + e];
+        pieces[j][k][h][rank] = q;
+      }
+    }
+  }
+
+  // Writes thread `rank`'s sums of its packs begin + rank + k * kThreads (< end) as chunk
+  // `chunk`'s partials, partial[(j·chunks + chunk)·n + col], and zeroes them.
+  ROWNORM_DEVICE void WriteAndZero(int rank, int64_t begin, int64_t end, int64_t chunk,
+                                   int64_t chunks, int64_t n, Acc* partial) {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = begin + rank + int64_t{k} * kThreads;
+      if (v >= end) continue;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h) {
+          Piece q = pieces[j][k][h][rank];
+          *reinterpret_cast<Piece*>(partial + (j * chunks + chunk) * n + v * kVec + h * kPiece) = q;
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) q.v[e] = Acc(0);
+          pieces[j][k][h][rank] = q;
+        }
+      }
+    }
+  }
 };
 
 // The per-column parameters of a fused kernel's rows (an op's ColumnParams(), a ParamList),
@@ -563,22 +641,25 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     }
   }
 
-  // sums[k][col] += f(x, col)[k] over this row when the kernel accumulates column sums
-  // (CtaRowSumsKernel, GroupRowSumsKernel); a no-op otherwise. The path requires
-  // head == tail == 0.
-  template <typename F, int kK>
-  ROWNORM_DEVICE void AddColumns(F f, ColumnSums<Acc, kK, kVecs, kVec>* sums) {
+  // sums[j][col] += f(x, col)[j] over this row when the kernel accumulates column sums
+  // (the *RowSumsKernel: ColumnSums in registers or SharedColumnSums); a no-op otherwise. The
+  // path requires head == tail == 0.
+  template <typename F, class Sums>
+  ROWNORM_DEVICE void AddColumns(F f, Sums* sums) {
+    constexpr int kK = Sums::kCount;
     if (sums == nullptr) return;
     ForEachPack([&](int k, const InPacks& p, int64_t col0) {
-      Acc x[kIn];
+      Acc a[kK][kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
+        Acc x[kIn];
 #pragma unroll
         for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-        const Array<Acc, kK> a = f(static_cast<const Acc*>(x), col0 + e);
+        const Array<Acc, kK> v = f(static_cast<const Acc*>(x), col0 + e);
 #pragma unroll
-        for (int j = 0; j < kK; ++j) sums->v[j][k][e] += a[j];
+        for (int j = 0; j < kK; ++j) a[j][e] = v[j];
       }
+      sums->Add(k, team_.ThreadRank(), a);
     });
   }
 

@@ -8,9 +8,10 @@
 //                       a 256 KB fp32 row is read from HBM exactly once.
 //   StreamingRowKernel  one CTA per row, nothing cached: every Reduce/Store re-reads the row
 //                       (from L2 when it fits). Any length, any arch, any vector width.
-//   *RowSumsKernel      the CTA and group tiers with fused column sums (parameter gradients);
-//                       the CTA one keeps two rows in flight at two packs per thread, the
-//                       staged CTA one (persistent) its next rows in shared memory.
+//   *RowSumsKernel      the tiers with fused column sums (parameter gradients): the CTA one
+//                       keeps two rows in flight at two packs per thread, the staged CTA one
+//                       (persistent) its next rows in shared memory; the slice one (longer
+//                       rows: wide CTA, clusters; persistent) its sums in shared memory.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
 //   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D;
 //   StridedPrefetchKernel  the packed one with later tiles in flight into shared memory.
@@ -404,6 +405,75 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
               ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>>(args, op);
+}
+
+// Fused parameter gradients of rows past the CTA tier: the wide CTA (kCluster = 1, 512 x 8
+// packs) and the cluster tier, rows in registers, persistent. A grid of the teams the device
+// runs at once; team c runs chunks c, c + teams, ... of `chunk_rows` rows in order
+// (chunks = ceil(rows / chunk_rows): the partials, and so the results, do not depend on the
+// grid). Each thread copies its columns' parameters once (ParamSlices) and adds its columns'
+// sums in shared memory (SharedColumnSums: 64 columns a thread at 16-bit, too many to hold in
+// registers next to the row), which it writes as the chunk's partial after the chunk's last
+// row. Where it runs, x and dy are read once per step; elsewhere these rows save per-row
+// statistics and kernels/param_grad.h reads them again. Aligned rows (head == tail == 0,
+// checked on the host). Dynamic shared memory: SliceSums::Bytes.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+struct SliceSums {
+  using Acc = AccType<typename Args::InElem>;
+  using Team =
+      std::conditional_t<kCluster == 1, CtaTeam<kThreads>, ClusterTeam<kThreads, kCluster>>;
+  using Slices = ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>;
+  using Sums = SharedColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>;
+  static_assert(sizeof(Slices) % 16 == 0, "the sums follow the parameters, 16-byte aligned");
+  static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
+};
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
+                                             AccType<typename Args::InElem>* partial,
+                                             int chunk_rows) {
+  using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
+  using Team = typename S::Team;
+  using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
+  __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
+                                ClusterReduceStorage<kThreads, kCluster>>
+      storage;
+  Team team{storage};
+  auto& slices = *reinterpret_cast<typename S::Slices*>(DynamicSharedMemory());
+  auto& sums =
+      *reinterpret_cast<typename S::Sums*>(DynamicSharedMemory() + sizeof(typename S::Slices));
+  const int64_t vecs = args.n / kVec;
+  const int slice = team.SliceRank();
+  const int64_t begin = Ownership<Team, kVec>::SliceBegin(vecs, slice);
+  const int64_t end = Ownership<Team, kVec>::SliceBegin(vecs, slice + 1);
+  slices.Fill(op.ColumnParams(), threadIdx.x, begin, end);
+  sums.Zero(threadIdx.x);
+  const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
+  const int64_t teams = gridDim.x / kCluster;
+  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
+    const int64_t last = min(args.rows, (c + 1) * chunk_rows);
+    for (int64_t row = c * chunk_rows; row < last; ++row) {
+      Row r(team, args, row, true, &slices);
+      op(r, &sums);
+    }
+    sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
+  }
+  if constexpr (kCluster > 1) team.Finish();
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads)
+    SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
+                       int chunk_rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (kCluster > 1) {
+    __trap();  // launched on sm_90+ only (checked on the host)
+  } else {
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
+  }
+#else
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
+#endif
 }
 
 // Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
