@@ -594,19 +594,21 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
                         OpTraits<Op>::kColumnSums, Args::kNumIn);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {
-      // Sums in shared memory: where the chunks keep at least 2/3 of the teams the device
-      // holds at once busy, over the waves they take. The two-pass backward moves 5 units of
-      // bytes where this one moves 3 (x, dy and dx; the partials are a sixteenth), so it is
-      // ahead from 3/5 of the teams; 2/3 leaves a margin. With fewer chunks (rows), the
-      // two-pass path runs a team per row. Both write the same dx.
+      // Sums in shared memory: where there are chunks for at least 2/3 of the teams the
+      // device holds at once. The two-pass backward moves 5 units of bytes where this one moves
+      // 3 (x, dy and dx; the partials are a sixteenth), so this one is ahead with 3/5 of the
+      // teams busy; 2/3 leaves a margin. A last wave part full costs less than its share (its
+      // teams have the bandwidth to themselves): 64 chunks of bf16 rms_norm at 65536 on the
+      // H100's fewer teams took 0.87x the two-pass time, 128 chunks on 132 wide CTAs at
+      // 32768 0.81x (NOTES.md §29). With fewer rows the two-pass path runs a team per row.
+      // Both paths write the same dx.
       int teams = 0;
       err = WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
         return ResidentSliceTeams<Op, Args, decltype(t)::value, decltype(v)::value,
                                   decltype(c)::value>(&teams);
       });
       if (err != cudaSuccess) return err;
-      const int64_t chunks = (*plan)->chunks;
-      if (teams == 0 || 3 * chunks < 2 * teams * ((chunks + teams - 1) / teams)) plan->reset();
+      if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) plan->reset();
     }
   }
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
