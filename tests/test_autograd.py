@@ -162,10 +162,13 @@ def test_slice_param_grads(op_id, dtype):
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
     # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit
-    # layer_norm's 512 x 4 CTA
+    # layer_norm: its 512 x 4 CTA, not clusters of 4 (two-pass: plan.h)
     lengths = [512 * 6 * vec, 4096 * 10 + vec]
-    if elem == 2 and op_id == "layer_norm":
-        lengths.append(512 * 3 * vec)
+    if elem == 2 and OPS[op_id].name == "layer_norm":
+        lengths[1] = 512 * 3 * vec
+        probe = torch.empty((1 << 14, 4096 * 10 + vec), dtype=dtype, device="cuda")
+        plan = rownorm.explain(probe, "layer_norm", backward=True, param_grads=True)
+        assert plan.param_grads == "two-pass", plan.raw
     for n in lengths:
         rows = 64
         while True:  # about the fewest rows whose chunks keep the device busy

@@ -303,9 +303,15 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
   }
-  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there). Not for two
+  // sums of 16-bit rows on clusters of more than two CTAs: one CTA per SM fits their shared
+  // memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the two-pass
+  // one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where at
+  // 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x.
   const bool wide_cta = plan.tier == RowTier::kCta && plan.packs == kWideCtaVecs;
-  if (plan.tier == RowTier::kCluster || wide_cta ||
+  const bool one_cta_clusters =
+      column_sums == 2 && elem_size < 4 && plan.tier == RowTier::kCluster && plan.cluster > 2;
+  if ((plan.tier == RowTier::kCluster && !one_cta_clusters) || wide_cta ||
       (column_sums == 2 && cta && plan.threads == 512)) {
     RowPlan k = plan;
     k.params_once = true;
