@@ -96,9 +96,10 @@ def test_staged_param_grads_many_chunks_per_cta(dtype):
         _check_fused_param_grads("layer_norm", randn(shape, dtype, "cuda"), stages=2, chunk_rows=64)
 
 
-def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields) -> None:
+def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields):
     """x's backward with every parameter gradient runs the fused plan with `plan_fields`; the
-    gradients match the reference and are bit-identical run to run."""
+    gradients match the reference and are bit-identical run to run. Returns the case, its
+    inputs, outputs, output gradients and the backward's gradients."""
     import rownorm
 
     plan = rownorm.explain(x, OPS[op_id].name, backward=True, param_grads=True)
@@ -116,6 +117,7 @@ def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields) -> None
     again = case.raw_backward(dys, inp, -1, outs, want)
     for name in ("x", *op.params):
         assert torch.equal(first[name], again[name]), f"{tuple(x.shape)}: d{name} differs"
+    return case, inp, outs, dys, first
 
 
 @pytest.mark.cuda
@@ -179,14 +181,10 @@ def test_slice_param_grads(op_id, dtype):
             assert rows < 1 << 16, (n, plan.raw)
             rows = rows * 3 // 2
         x = randn((rows + 17, n), dtype, "cuda")
-        _check_fused_param_grads(op_id, x, params="once", chunk_rows=64 // elem)
-        op = OPS[op_id]
-        inp = op.inputs(x, -1)
-        case = raw_case(op, x)
-        outs = case.raw(inp, -1)
-        dys = random_grads(outs)
-        want = frozenset(op.params)
-        fused = case.raw_backward(dys, inp, -1, outs, want)
+        case, inp, outs, dys, fused = _check_fused_param_grads(
+            op_id, x, params="once", chunk_rows=64 // elem
+        )
+        want = frozenset(OPS[op_id].params)
         for sl in (slice(0, 3), slice(rows + 10, rows + 17)):
             sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
             few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
