@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -53,13 +54,23 @@ enum class ClusterKind { kRegisters, kShared, kParams };
 // ROWNORM_CLUSTER_ROWS=registers|shared|params (read at every plan, like ROWNORM_PLAN_AS_N)
 // runs the cluster tier on that kernel where it exists for the op and fits the device, on the
 // register one elsewhere: every path testable on a Hopper, and the A/B of them in one build.
-// Unset or empty: PlanRowOp's choice.
+// Unset or empty: PlanRowOp's choice; any other value too, said once on stderr (a measuring
+// tool's knob, read below the op's argument checks).
 inline std::optional<ClusterKind> ForcedClusterKind() {
   const char* v = std::getenv("ROWNORM_CLUSTER_ROWS");
   if (v == nullptr || v[0] == '\0') return std::nullopt;
+  if (std::strcmp(v, "registers") == 0) return ClusterKind::kRegisters;
   if (std::strcmp(v, "shared") == 0) return ClusterKind::kShared;
   if (std::strcmp(v, "params") == 0) return ClusterKind::kParams;
-  return ClusterKind::kRegisters;
+  static const bool said = [v] {
+    std::fprintf(stderr,
+                 "rownorm: ROWNORM_CLUSTER_ROWS=%s is not one of registers, shared, params; "
+                 "ignored\n",
+                 v);
+    return true;
+  }();
+  (void)said;
+  return std::nullopt;
 }
 
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.

@@ -135,6 +135,19 @@ struct Ownership {
   }
 };
 
+// The per-thread shared-memory layouts below (ParamCache, ParamSlices, SharedColumnSums) hold,
+// for each of a thread's packs of kVec columns, kVec values of type E in 16-byte pieces:
+// thread t's piece h of its pack k at [·][k][h][t], so that a warp's accesses are contiguous.
+template <typename E, int kVec>
+struct ThreadPieces {
+  static constexpr int kPiece =
+      kVec * static_cast<int>(sizeof(E)) > 16 ? 16 / static_cast<int>(sizeof(E)) : kVec;
+  static constexpr int kPieces = kVec / kPiece;
+  struct alignas(kPiece * sizeof(E)) Piece {
+    E v[kPiece];
+  };
+};
+
 // Per-thread column accumulators of the fused parameter-gradient path: kK sums for each of the
 // thread's kVecs x kVec columns, carried across the rows a team processes (the columns a thread
 // owns are the same in every row when rows start 16-byte aligned, which that path requires).
@@ -161,12 +174,9 @@ struct ColumnSums {
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 struct SharedColumnSums {
   static constexpr int kCount = kK;
-  static constexpr int kPiece =
-      static_cast<int>(16 / sizeof(Acc)) < kVec ? static_cast<int>(16 / sizeof(Acc)) : kVec;
-  static constexpr int kPieces = kVec / kPiece;
-  struct alignas(kPiece * sizeof(Acc)) Piece {
-    Acc v[kPiece];
-  };
+  static constexpr int kPiece = ThreadPieces<Acc, kVec>::kPiece;
+  static constexpr int kPieces = ThreadPieces<Acc, kVec>::kPieces;
+  using Piece = typename ThreadPieces<Acc, kVec>::Piece;
   Piece pieces[kK][kVecs][kPieces][kThreads];
 
   ROWNORM_DEVICE void Zero(int rank) {
@@ -235,12 +245,9 @@ template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
 struct ParamCache {
   using List = PS;
   static constexpr int K = PS::kCount;
-  static constexpr int kPiece =
-      static_cast<int>(16 / sizeof(Acc)) < kVec ? static_cast<int>(16 / sizeof(Acc)) : kVec;
-  static constexpr int kPieces = kVec / kPiece;
-  struct alignas(kPiece * sizeof(Acc)) Piece {
-    Acc v[kPiece];
-  };
+  static constexpr int kPiece = ThreadPieces<Acc, kVec>::kPiece;
+  static constexpr int kPieces = ThreadPieces<Acc, kVec>::kPieces;
+  using Piece = typename ThreadPieces<Acc, kVec>::Piece;
   Piece pieces[K][kVecs][kPieces][kThreads];
 
   // Thread `rank` of the team writes the values of its columns (0 past n).
@@ -291,9 +298,8 @@ struct ParamSlices {
   using List = PS;
   using W = typename PS::Elem;
   static constexpr int K = PS::kCount;
-  static constexpr int kPiece =
-      kVec * static_cast<int>(sizeof(W)) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
-  static constexpr int kPieces = kVec / kPiece;
+  static constexpr int kPiece = ThreadPieces<W, kVec>::kPiece;
+  static constexpr int kPieces = ThreadPieces<W, kVec>::kPieces;
   Pack<W, kPiece> pieces[K][kVecs][kPieces][kThreads];
 
   // Thread `rank` copies its packs begin + rank + k * kThreads (< end) of every given
