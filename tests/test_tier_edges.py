@@ -212,3 +212,23 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
         assert plans[""].params == "once", plans[""]
     for a, c in zip(runs["registers"], runs[""], strict=True):
         assert torch.equal(a, c)
+
+
+@cuda_only
+def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
+    """ROWNORM_CLUSTER_ROWS other than registers / shared / params is ignored (the plan and the
+    bits of the unset choice), said once on stderr."""
+    import rownorm
+
+    vec = pack_width(2)
+    n = next(m for m in tier_edge_lengths(2) if plan_row_tier(m, vec).tier == "cluster")
+    x = scaled_rows(3, n, torch.bfloat16, "cuda")
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    runs, plans = {}, {}
+    for kind in ("", "bogus"):
+        monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+        plans[kind] = rownorm.explain(x, "rms_norm").raw
+        runs[kind] = rownorm.rms_norm(x, w)
+    assert plans["bogus"] == plans[""]
+    assert torch.equal(runs["bogus"], runs[""])
+    assert "ROWNORM_CLUSTER_ROWS=bogus is not one of" in capfd.readouterr().err
