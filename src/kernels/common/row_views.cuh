@@ -672,6 +672,17 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Primitives (see the top of this file).
   template <class G>
   ROWNORM_DEVICE void ForEachPack(G g) const {
+    if constexpr (kParamsCached) {
+      // The kernels that keep parameters (aligned rows): where the thread owns all kVecs packs,
+      // no branch per pack, so that ptxas may issue the packs' shared-memory loads together.
+      if (own_.first_vec + (kVecs - 1) * int64_t{Team::kThreads} < own_.vec_end) {
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) {
+          g(k, data_.packs[k], geo_.head + (own_.first_vec + k * Team::kThreads) * kVec);
+        }
+        return;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const int64_t v = own_.first_vec + k * Team::kThreads;
