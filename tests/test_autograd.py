@@ -37,6 +37,12 @@ from utils import (
 )
 
 PARAM_OPS = [op_id for op_id, op in OPS.items() if op.params]
+needs_clusters = pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or torch.cuda.get_device_capability()[0] < 9
+    or os.environ.get("ROWNORM_DISABLE_CLUSTERS", "0") not in ("", "0"),
+    reason="needs a CUDA device with thread-block clusters (sm_90+), not disabled",
+)
 
 
 @pytest.mark.parametrize("op_id", PARAM_OPS)
@@ -121,12 +127,7 @@ def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(
-    not torch.cuda.is_available()
-    or torch.cuda.get_device_capability()[0] < 9
-    or os.environ.get("ROWNORM_DISABLE_CLUSTERS", "0") not in ("", "0"),
-    reason="needs a CUDA device with thread-block clusters (sm_90+), not disabled",
-)
+@needs_clusters
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_clustered_param_grads(op_id, dtype):
@@ -143,12 +144,7 @@ def test_clustered_param_grads(op_id, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(
-    not torch.cuda.is_available()
-    or torch.cuda.get_device_capability()[0] < 9
-    or os.environ.get("ROWNORM_DISABLE_CLUSTERS", "0") not in ("", "0"),
-    reason="needs a CUDA device with thread-block clusters (sm_90+), not disabled",
-)
+@needs_clusters
 @pytest.mark.parametrize("op_id", PARAM_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_slice_param_grads(op_id, dtype):
