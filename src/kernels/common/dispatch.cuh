@@ -508,14 +508,15 @@ constexpr bool SliceSumsFit() {
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 cudaError_t ResidentSliceTeams(int* teams) {
   constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
-  constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>;
   if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
     *teams = 0;
     return cudaSuccess;
   } else if constexpr (kCluster == 1) {
-    return ResidentCtas<kKernel, kSmem>(kThreads, teams);
+    return ResidentCtas<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>, kSmem>(kThreads,
+                                                                                    teams);
   } else {
-    return ResidentClusters<kKernel, kThreads, kCluster, kSmem>(teams);
+    return ResidentClusters<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>, kThreads, kCluster,
+                            kSmem>(teams);
   }
 }
 
@@ -528,53 +529,63 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>;
     int teams = 0;
     const cudaError_t err = ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster>(&teams);
-    if (err != cudaSuccess || teams == 0) return err != cudaSuccess ? err : cudaErrorInvalidValue;
-    const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
-    if constexpr (kCluster == 1) {
-      kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
-      return cudaGetLastError();
-    } else {
-      cudaLaunchAttribute attr[1];
-      const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
-      return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
+    if (err != cudaSuccess) return err;
+    if (teams > 0) {
+      const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
+      if constexpr (kCluster == 1) {
+        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
+        return cudaGetLastError();
+      } else {
+        cudaLaunchAttribute attr[1];
+        const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
+        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
+      }
     }
   }
   return cudaErrorInvalidConfiguration;  // PlanRowSumOp plans none
 }
 
 // f(kThreads, kVecs, kCluster) (std::integral_constant<int, ·> each) for the team of a
-// SliceRowSumsKernel plan `k`.
+// SliceRowSumsKernel plan `k`, for the configurations SliceSumsApply (plan.h) admits: only
+// those are compiled.
 template <class Op, class Args, class F>
 cudaError_t WithSliceTeam(const RowPlan& k, F f) {
+  constexpr int kElem = PlannedElemSize<Args>();
+  constexpr int kSums = OpTraits<Op>::kColumnSums;
+  const auto team = [&](auto t, auto v, auto c) {
+    if constexpr (SliceSumsApply(decltype(c)::value == 1 ? RowTier::kCta : RowTier::kCluster,
+                                 decltype(t)::value, decltype(v)::value, decltype(c)::value, kElem,
+                                 kSums)) {
+      return f(t, v, c);
+    } else {
+      return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+    }
+  };
   using I512 = std::integral_constant<int, 512>;
+  using IOne = std::integral_constant<int, 1>;
   using ICluster = std::integral_constant<int, kClusterThreads>;
   using IVecs = std::integral_constant<int, kClusterVecs>;
+  static_assert(kWideCtaThreads == 512 && kWideClusterThreads == 512, "I512 is both");
   if (k.tier == RowTier::kCta && k.threads == 512) {
     if constexpr (OpTraits<Op>::kWideCluster) {
-      static_assert(kWideCtaThreads == 512, "");
       if (k.packs == kWideCtaVecs) {
-        return f(I512{}, std::integral_constant<int, kWideCtaVecs>{},
-                 std::integral_constant<int, 1>{});
+        return team(I512{}, std::integral_constant<int, kWideCtaVecs>{}, IOne{});
       }
     }
-    if constexpr (OpTraits<Op>::kColumnSums == 2 && sizeof(typename Args::InElem) == 2) {
-      if (k.packs == kCtaVecs) {
-        return f(I512{}, std::integral_constant<int, kCtaVecs>{}, std::integral_constant<int, 1>{});
-      }
-    }
+    if (k.packs == kCtaVecs) return team(I512{}, std::integral_constant<int, kCtaVecs>{}, IOne{});
   } else if (k.tier == RowTier::kCluster && k.packs == kClusterVecs) {
     if constexpr (OpTraits<Op>::kWideCluster) {
-      static_assert(kWideClusterThreads == 512, "");
       if (k.threads == kWideClusterThreads) {
-        return f(I512{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
+        return team(I512{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
       }
     }
     if (k.threads == kClusterThreads) {
       switch (k.cluster) {
-        case 2: return f(ICluster{}, IVecs{}, std::integral_constant<int, 2>{});
-        case 4: return f(ICluster{}, IVecs{}, std::integral_constant<int, 4>{});
-        case 8: return f(ICluster{}, IVecs{}, std::integral_constant<int, 8>{});
-        case kMaxCluster: return f(ICluster{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
+        case 2: return team(ICluster{}, IVecs{}, std::integral_constant<int, 2>{});
+        case 4: return team(ICluster{}, IVecs{}, std::integral_constant<int, 4>{});
+        case 8: return team(ICluster{}, IVecs{}, std::integral_constant<int, 8>{});
+        case kMaxCluster:
+          return team(ICluster{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
       }
     }
   }

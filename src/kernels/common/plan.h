@@ -239,6 +239,22 @@ constexpr int64_t kMaxSumExchangeBytes = 32 * 1024;
 // two-pass path runs a CTA or cluster per row.
 constexpr int kSliceChunkBytes = 64;
 
+// Whether the rows of a tier-table configuration (tier, threads, packs, cluster) of
+// `elem_size`-byte elements run SliceRowSumsKernel for `column_sums` sums (PlanFusedSums;
+// dispatch.cuh compiles the kernel for these configurations only): the wide CTA, the cluster
+// tier, and two sums of 16-bit rows of 512 threads x 4 packs (fp32 ones are staged). Not two
+// sums of 16-bit rows on clusters of more than two CTAs: one CTA per SM fits their shared
+// memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the two-pass
+// one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where at
+// 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x.
+constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster, int elem_size,
+                              int column_sums) {
+  const bool two_16bit = column_sums == 2 && elem_size < 4;
+  if (tier == RowTier::kCluster) return packs == kClusterVecs && !(two_16bit && cluster > 2);
+  return tier == RowTier::kCta && threads == 512 &&
+         (packs == kWideCtaVecs || (packs == kCtaVecs && two_16bit));
+}
+
 struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
@@ -314,16 +330,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
   }
-  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there). Not for two
-  // sums of 16-bit rows on clusters of more than two CTAs: one CTA per SM fits their shared
-  // memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the two-pass
-  // one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where at
-  // 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x.
-  const bool wide_cta = plan.tier == RowTier::kCta && plan.packs == kWideCtaVecs;
-  const bool one_cta_clusters =
-      column_sums == 2 && elem_size < 4 && plan.tier == RowTier::kCluster && plan.cluster > 2;
-  if ((plan.tier == RowTier::kCluster && !one_cta_clusters) || wide_cta ||
-      (column_sums == 2 && cta && plan.threads == 512)) {
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
+  if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
     RowPlan k = plan;
     k.params_once = true;
     return CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
