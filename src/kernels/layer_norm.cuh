@@ -15,17 +15,13 @@
 //             dw = Σ_rows dy⊙ŷ, db = Σ_rows dy  (fused column sums where plan.h's
 //             PlanFusedSums takes them, else kernels/param_grad.h from the same (μ, r))
 //
-// The forward runs both passes over the row where the tier caches it (registers or shared
-// memory), so the row is read from memory once; the streaming tier reads it once per pass. Two
-// all-reduces per row, except where an all-reduce crosses a cluster (PrefersOneRound): there
-// each CTA makes its slice's exact (count, mean, M2) with two block all-reduces (its own sum,
-// then the squares about its own mean) and one round trip between the CTAs merges the triples
-// by Chan et al.'s formula, folded in rank order (the same bits in every CTA). Merging a
-// triple per *thread* instead (every thread repeating the merges of the warp, block and cluster
-// levels, each with a division) measured slower (benchmarks/results/h100/NOTES.md §6). The
-// backward reads the saved (μ, r) (8 bytes a row) instead of making them again, so it reduces
-// once per row, as rms_norm's does: its second all-reduce was a second barrier between the
-// loads and the stores.
+// The forward runs both passes over the row where the tier caches it (registers), so the row is
+// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row:
+// merging per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured
+// slower on the cluster tier, although a second all-reduce costs a round trip between the CTAs
+// (benchmarks/results/h100/NOTES.md §6 has the numbers). The backward reads the saved (μ, r)
+// (8 bytes a row) instead of making them again, so it reduces once per row, as rms_norm's
+// does: its second all-reduce was a second barrier between the loads and the stores.
 #pragma once
 
 #include <type_traits>
@@ -40,50 +36,6 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
   const Acc x0 = row.First();
   return x0 + row.Reduce(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; }) /
                   static_cast<Acc>(row.Size());
-}
-
-// Chan, Golub and LeVeque's merge of two (count, mean, M2) triples, M2 the sum of squared
-// deviations from the mean: exact in real arithmetic and stable (no E[x²] − mean²). An empty
-// side (count 0) leaves the other as it is.
-struct MeanM2MergeOp {
-  template <typename V>
-  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
-    if (b[0] == 0) return a;
-    if (a[0] == 0) return b;
-    const auto n = a[0] + b[0];
-    const auto d = b[1] - a[1];
-    const auto f = b[0] / n;
-    V r;
-    r[0] = n;
-    r[1] = a[1] + d * f;
-    r[2] = a[2] + b[2] + d * d * a[0] * f;
-    return r;
-  }
-};
-
-// (μ, var) of the row with one round trip between the cluster's CTAs (the header): each CTA's
-// slice's count, mean and M2 of x − x₀ (x₀ as in ShiftedMean, so a constant row still gives
-// μ = x₀ and var = 0 exactly), merged across the cluster.
-template <class Row, typename Acc = typename Row::Acc>
-ROWNORM_HOST_DEVICE Array<Acc, 2> MeanVarOneRound(Row& row) {
-  const Acc x0 = row.First();
-  Acc sum = 0;
-  int count = 0;
-  row.ForEachValue([&](const Acc* x, int64_t) {
-    sum += x[0] - x0;
-    ++count;
-  });
-  const Array<Acc, 2> slice =
-      row.SliceAllReduce(Array<Acc, 2>{{sum, static_cast<Acc>(count)}}, SumOp{});
-  const Acc mean = slice[1] > 0 ? slice[0] / slice[1] : Acc(0);
-  const Acc m2 = row.SliceAllReduce(row.ReduceLocal(SumOp{},
-                                                    [x0, mean](const Acc* x, int64_t) {
-                                                      const Acc d = (x[0] - x0) - mean;
-                                                      return d * d;
-                                                    }),
-                                    SumOp{});
-  const Array<Acc, 3> all = row.CombineSlices(Array<Acc, 3>{{slice[1], mean, m2}}, MeanM2MergeOp{});
-  return {{x0 + all[1], all[2] / static_cast<Acc>(row.Size())}};
 }
 
 template <typename T, typename Acc, typename W>
@@ -101,19 +53,12 @@ struct LayerNormFwdOp {
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
-    Acc mu;
-    Acc var;
-    if constexpr (PrefersOneRound<Row>::value) {
-      const Array<Acc, 2> mv = MeanVarOneRound(row);
-      mu = mv[0];
-      var = mv[1];
-    } else {
-      mu = ShiftedMean(row);
-      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-        const Acc d = x[0] - mu;
-        return d * d;
-      }) / static_cast<Acc>(row.Size());
-    }
+    const Acc n = static_cast<Acc>(row.Size());
+    const Acc mu = ShiftedMean(row);
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;

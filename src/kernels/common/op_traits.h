@@ -34,12 +34,7 @@
 //   PrefersOneRound<Row>          whether an all-reduce is expensive (it crosses a cluster), so
 //                                 that statistics needing two are better made from
 //                                   row.ReduceLocal(op, f)  (this thread's elements only) and
-//                                   row.AllReduce(v, op)    (Reduce = AllReduce ∘ ReduceLocal),
-//                                 or per CTA and merged once across the cluster:
-//                                   row.SliceAllReduce(v, op)  (over this CTA's threads),
-//                                   row.CombineSlices(v, op)   (the CTAs' values folded in
-//                                                               rank order; op need not be
-//                                                               associative).
+//                                   row.AllReduce(v, op)    (Reduce = AllReduce ∘ ReduceLocal).
 // x[i] is input i at column col, in the accumulator type; the value returned by a Store
 // function is rounded to OutElem.
 //

@@ -169,24 +169,9 @@ class ClusterReducer {
 
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
-    return Combine(BlockReduce(v, op), op);
-  }
-
-  // The all-reduce over this CTA's threads alone (the first step of AllReduce).
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V BlockReduce(V v, Op op) {
-    return BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
-  }
-
-  // The CTAs' values (each the same in all threads of its CTA) folded with `op` in rank order,
-  // slot 0 first, so that `op` need not be commutative or associative: every CTA folds the
-  // same values in the same order. Called after a BlockReduce since the last Combine: its
-  // block barrier is what orders this CTA's reads of a slot set before the peers push into it
-  // again (the class comment).
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V Combine(V v, Op op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+    v = BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
     if (!joined_) {
       ClusterWait();  // every CTA's barriers are initialized
       joined_ = true;

@@ -74,16 +74,6 @@ struct ClusterTeam {
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return reducer.AllReduce(v, op);
   }
-  // AllReduce in its two steps, for statistics made per CTA and merged once across the
-  // cluster (layer_norm.cuh): over this CTA's slice, then the CTAs' values folded in rank order.
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
-    return reducer.BlockReduce(v, op);
-  }
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V CombineSlices(V v, Op op) {
-    return reducer.Combine(v, op);
-  }
   ROWNORM_DEVICE void Finish() { reducer.Finish(); }
 };
 
@@ -390,15 +380,6 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
-  }
-  // The two steps of AllReduce where the team is a cluster (ClusterTeam; kOneRound rows).
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
-    return team_.SliceAllReduce(v, op);
-  }
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V CombineSlices(V v, Op op) {
-    return team_.CombineSlices(v, op);
   }
 
   template <class G>
