@@ -273,6 +273,23 @@ def test_layer_norm_constant_rows(device):
                 check_forward(OPS["layer_norm"], {"x": x}, -1, what=f"c={c}")
 
 
+def test_layer_norm_slices_of_different_means(device):
+    """Rows whose quarters have means 300, -250, 1000 and 5 (plus unit noise): on the cluster
+    tier each CTA's slice has its own mean, and the row's variance needs the spread of those
+    means as well as each slice's own (layer_norm.cuh's MeanM2MergeOp). Lengths reach the CTA
+    tier and clusters of 2 to 16 CTAs, aligned and odd."""
+    gen = torch.Generator().manual_seed(0)
+    offsets = torch.tensor([300.0, -250.0, 1000.0, 5.0], dtype=torch.float64)
+    shapes = {torch.float32: (8000, 20000, 65535, 131072), torch.bfloat16: (40000, 65536, 262144)}
+    for dtype, ns in shapes.items():
+        for n in ns:
+            x = torch.randn(3, n, dtype=torch.float64, generator=gen)
+            x += offsets[torch.arange(n) * 4 // n]
+            x = x.to(dtype).to(device)
+            op = OPS["layer_norm_affine"]
+            check_forward(op, op.inputs(x, -1), -1, what=f"{dtype_id(dtype)} n={n}")
+
+
 def test_layer_norm_constant_rows_inexact_sum(device):
     """Constant rows whose Σx/n rounds (float32 on CUDA, float64 on both): y = 0 and
     dx = (dy − mean dy)/sqrt(eps) as in torch's F.layer_norm (x − μ = 0 exactly; all NaN for
