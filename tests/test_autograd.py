@@ -148,8 +148,8 @@ def test_clustered_param_grads(op_id, dtype):
 @pytest.mark.parametrize("op_id", PARAM_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_slice_param_grads(op_id, dtype):
-    """Rows past the CTA tier's 4 packs (the wide CTA, the cluster tier; 16-bit layer_norm rows
-    of 512 threads x 4 packs) sum their columns in shared memory on a persistent grid, in
+    """Rows past the CTA tier's 4 packs (the wide CTA, the cluster tier; 16-bit rows of 512
+    threads x 4 packs) sum their columns in shared memory on a persistent grid, in
     chunks of 32 16-bit / 16 fp32 rows (plan.h, kSliceChunkBytes), where the chunks keep the
     device's CTAs or clusters busy; fewer rows take the two-pass path. With a last chunk part
     full:
@@ -159,11 +159,13 @@ def test_slice_param_grads(op_id, dtype):
 
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
-    # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit
-    # layer_norm: its 512 x 4 CTA, not clusters of 4 (two-pass: plan.h)
+    # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit: the
+    # 512 x 4 CTA, and for layer_norm not clusters of 4 (two-pass: plan.h)
     lengths = [512 * 6 * vec, 4096 * 10 + vec]
+    if elem == 2:
+        lengths.append(512 * 3 * vec)
     if elem == 2 and OPS[op_id].name == "layer_norm":
-        lengths[1] = 512 * 3 * vec
+        lengths.remove(4096 * 10 + vec)
         probe = torch.empty((1 << 14, 4096 * 10 + vec), dtype=dtype, device="cuda")
         plan = rownorm.explain(probe, "layer_norm", backward=True, param_grads=True)
         assert plan.param_grads == "two-pass", plan.raw

@@ -242,7 +242,10 @@ constexpr int kSliceChunkBytes = 64;
 // Whether the rows of a tier-table configuration (tier, threads, packs, cluster) of
 // `elem_size`-byte elements run SliceRowSumsKernel for `column_sums` sums (PlanFusedSums;
 // dispatch.cuh compiles the kernel for these configurations only): the wide CTA, the cluster
-// tier, and two sums of 16-bit rows of 512 threads x 4 packs (fp32 ones are staged). Not two
+// tier, and 16-bit rows of 512 threads x 4 packs (8193-16384). One sum there took 0.89x the
+// time of 16-row CTAs reading the weight per row (rms_norm bf16 12288 / 16384 fwd+bwd on the
+// H100; add_rms_norm 0.93x), fp32 rows of that shape 1.00x (kept on 16-row CTAs), and two
+// sums of fp32 ones are staged (NOTES.md §30). Not two
 // sums of 16-bit rows on clusters of more than two CTAs: one CTA per SM fits their shared
 // memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the two-pass
 // one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where at
@@ -252,7 +255,7 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
   const bool two_16bit = column_sums == 2 && elem_size < 4;
   if (tier == RowTier::kCluster) return packs == kClusterVecs && !(two_16bit && cluster > 2);
   return tier == RowTier::kCta && threads == 512 &&
-         (packs == kWideCtaVecs || (packs == kCtaVecs && two_16bit));
+         (packs == kWideCtaVecs || (packs == kCtaVecs && elem_size < 4));
 }
 
 struct FusedSumPlan {
@@ -347,7 +350,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (cta && row_inputs == 3 && n <= int64_t{512} * kFusedSumVecs * vec) {
     return one_sum(two_packs(512));
   }
-  // Longer rows of one sum: four packs (256 or 512 threads; NOTES.md §5), one row at a time.
+  // Longer rows of one sum: four packs (256 threads, and 512 for fp32: 16-bit ones are slice
+  // sums, above; NOTES.md §5, §30), one row at a time.
   if (cta && column_sums == 1) {
     RowPlan k = plan;
     k.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
