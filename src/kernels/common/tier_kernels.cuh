@@ -233,13 +233,18 @@ template <class Op, class Args>
 constexpr int PipelinedSumThreads() {
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
+// Rows one at a time (4 packs) hold at least two CTAs' threads per SM, 512: left alone, ptxas
+// gave the 256-thread bf16 rms_norm kernel 159 registers (one CTA per SM) once its packs lost
+// their branch (523d731); bounded, 127 and no spills.
+constexpr int kUnpipelinedSumThreads = 512;
 // kCluster > 1 (sm_90+, launched as clusters of kCluster CTAs): chunk c / kCluster of
 // kCluster·kRows rows is written by the cluster as one partial (ClusterWriteSums), so
 // chunks = ceil(rows / (kCluster·kRows)); CTAs past the last row add zeros.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined,
           int kCluster = 1>
-__global__ void __launch_bounds__(kThreads,
-                                  kPipelined ? PipelinedSumThreads<Op, Args>() / kThreads : 1)
+__global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op, Args>()
+                                                        : kUnpipelinedSumThreads) /
+                                                kThreads)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
