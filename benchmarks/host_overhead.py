@@ -3,11 +3,13 @@
     python benchmarks/host_overhead.py [--calls 5000] [--out PATH.md]
 
 Times back-to-back calls (one synchronize at the end, best of 5 loops) through each layer of
-the call: rownorm.rms_norm (the Python API), torch.ops.rownorm.rms_norm (the dispatcher, with
-the autograd layer) and .default under no_grad (its autograd kernel still runs, and finds
-nothing to record), with and without
-requires_grad, beside F.rms_norm for the same call; the op sent straight to its CUDA kernel
-(past the Python autograd kernel that every call through the dispatcher's Autograd key runs),
+the call: rownorm.rms_norm (the Python API, which calls the op past its Python autograd kernel
+for plain tensors: ops.call), torch.ops.rownorm.rms_norm (the dispatcher, with the autograd
+layer) and .default under no_grad (its autograd kernel still runs, and finds nothing to
+record), with and without requires_grad, beside F.rms_norm for the same call; the modules
+(torch.nn.RMSNorm and rownorm.nn.RMSNorm, with and without no_grad); the op sent straight to
+its CUDA kernel (past the Python autograd kernel that every call through the dispatcher's
+Autograd key runs),
 torch's own rms_norm called through ``torch.ops`` the same way, and both under
 ``torch.inference_mode()`` (which skips the Autograd key). Then the PyTorch profiler over a few
 hundred calls of the dispatcher path: the CPU time of each op and CUDA runtime call below it
@@ -54,6 +56,8 @@ def main() -> None:
     xg = x.clone().requires_grad_()
     wg = w.clone().requires_grad_()
     op = torch.ops.rownorm.rms_norm.default
+    torch_module = torch.nn.RMSNorm(SHAPE[-1], eps=EPS, device="cuda", dtype=torch.bfloat16)
+    rownorm_module = rownorm.nn.RMSNorm(SHAPE[-1], eps=EPS, device="cuda", dtype=torch.bfloat16)
 
     def no_grad_op() -> object:
         with torch.no_grad():
@@ -62,6 +66,13 @@ def main() -> None:
     # The op's kernel for x's device alone: the dispatcher sent straight to it, past the
     # Python autograd kernel every call through the Autograd key runs.
     below_autograd = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+
+    def no_grad(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            with torch.no_grad():
+                return fn()
+
+        return run
 
     def inference(fn: Callable[[], object]) -> Callable[[], object]:
         def run() -> object:
@@ -88,6 +99,14 @@ def main() -> None:
         ("inference_mode: rownorm.rms_norm", inference(lambda: rownorm.rms_norm(x, w, eps=EPS))),
         ("F.rms_norm, requires_grad", lambda: F.rms_norm(xg, SHAPE[-1:], wg, EPS)),
         ("rownorm.rms_norm, requires_grad", lambda: rownorm.rms_norm(xg, wg, eps=EPS)),
+        (
+            "torch.ops.rownorm.rms_norm.default, requires_grad",
+            lambda: op(xg, wg, -1, EPS),
+        ),
+        ("torch.nn.RMSNorm module (weight requires grad)", lambda: torch_module(x)),
+        ("rownorm.nn.RMSNorm module (weight requires grad)", lambda: rownorm_module(x)),
+        ("no_grad: torch.nn.RMSNorm module", no_grad(lambda: torch_module(x))),
+        ("no_grad: rownorm.nn.RMSNorm module", no_grad(lambda: rownorm_module(x))),
         ("torch.empty_like(x) (allocation alone)", lambda: torch.empty_like(x)),
     ]
     lines = [

@@ -1,4 +1,5 @@
-"""Public functional API of rownorm (thin typed wrappers over ``torch.ops.rownorm``).
+"""Public functional API of rownorm (thin typed wrappers over ``torch.ops.rownorm``; in eager
+code with plain tensors they call the op below its Python autograd kernel: ``ops.call``).
 
 Every op reduces over one dimension ``dim`` of a tensor of any rank ≥ 1 (the other dims are
 rows), accumulates in float32 (float64 for float64 inputs) and rounds its output once to
@@ -12,6 +13,8 @@ All ops are differentiable (first order; only :func:`l2_normalize` has a double 
 from __future__ import annotations
 
 import torch
+
+from rownorm.ops import call
 
 
 def _check_dense(op: str, t: torch.Tensor, name: str = "x") -> None:
@@ -42,7 +45,7 @@ def l2_normalize(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Te
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("l2_normalize", x)
-    return torch.ops.rownorm.l2_normalize(x, dim, eps)
+    return call("l2_normalize", x, dim, eps)
 
 
 def l1_normalize(
@@ -70,7 +73,7 @@ def l1_normalize(
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("l1_normalize", x)
-    return torch.ops.rownorm.l1_normalize(x, dim, eps, mean)
+    return call("l1_normalize", x, dim, eps, mean)
 
 
 def rms_norm(
@@ -123,7 +126,7 @@ def rms_norm(
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("rms_norm", x)
-    return torch.ops.rownorm.rms_norm(x, weight, dim, eps, weight_offset, casting_mode)
+    return call("rms_norm", x, weight, dim, eps, weight_offset, casting_mode)
 
 
 def layer_norm(
@@ -157,7 +160,7 @@ def layer_norm(
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("layer_norm", x)
-    return torch.ops.rownorm.layer_norm(x, weight, bias, dim, eps)
+    return call("layer_norm", x, weight, bias, dim, eps)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -176,7 +179,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("softmax", x)
-    return torch.ops.rownorm.softmax(x, dim)
+    return call("softmax", x, dim)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -195,7 +198,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         A new contiguous tensor of ``x``'s shape and dtype.
     """
     _check_dense("log_softmax", x)
-    return torch.ops.rownorm.log_softmax(x, dim)
+    return call("log_softmax", x, dim)
 
 
 def add_rms_norm(
@@ -236,4 +239,4 @@ def add_rms_norm(
     """
     _check_dense("add_rms_norm", x)
     _check_dense("add_rms_norm", residual, "residual")
-    return torch.ops.rownorm.add_rms_norm(x, residual, weight, eps, weight_offset, casting_mode)
+    return call("add_rms_norm", x, residual, weight, eps, weight_offset, casting_mode)

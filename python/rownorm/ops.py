@@ -332,6 +332,99 @@ def _register_autograd(qualname: str, backward, setup_context=None, saving=None)
             raise
 
     _LIB.impl(name, kernel, "Autograd", with_keyset=True)
+    if name in _OPS:
+        tensor_args = tuple(
+            i
+            for i, a in enumerate(op._schema.arguments)
+            if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
+        )
+        _EAGER[name] = (op, function, tensor_args)
+
+
+# ---- the eager path of rownorm.functional ---------------------------------------------------
+#
+# A call through the dispatcher enters the op's Autograd kernel above, which is Python (the
+# stable ABI has no autograd): the arguments are converted to Python objects and back once more
+# on every call, requires_grad or not, about 6 µs of a small call's 18 on the H100
+# (benchmarks/host_overhead.py). The public functions make the kernel's decision before the
+# dispatcher instead, where nothing but plain tensors is involved: no gradient needed, the
+# kernel of the tensors' device directly; else the op's autograd.Function. Every other call
+# (tracing, compiling, a mode or transform, a subclass or wrapper, forward AD, tensors of
+# differing dispatch keys) goes through the dispatcher as before.
+
+_EAGER: dict[str, tuple] = {}  # forward op -> (overload, autograd.Function, tensor positions)
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain_backends() -> dict[int, tuple[torch._C.DispatchKeySet, torch._C.DispatchKeySet]]:
+    """The dispatch keys of a plain dense CPU or CUDA tensor (one made under inference_mode,
+    and one that requires grad or may), by raw value, to the keys the dispatcher hands the
+    device's kernel and the op's Autograd kernel: those of the tensor that the op does not
+    fall through (ADInplaceOrView and autocast, which the dispatcher masks out)."""
+    k = torch._C.DispatchKey
+    plain = {}
+    for backend, autograd, autocast in (
+        (k.CPU, k.AutogradCPU, k.AutocastCPU),
+        (k.CUDA, k.AutogradCUDA, k.AutocastCUDA),
+    ):
+        kernel = torch._C.DispatchKeySet(backend)
+        with_autograd = kernel.add(autograd)
+        plain[kernel.add(autocast).raw_repr()] = (kernel, with_autograd)
+        plain[with_autograd.add(k.ADInplaceOrView).add(autocast).raw_repr()] = (
+            kernel,
+            with_autograd,
+        )
+    return plain
+
+
+_PLAIN_BACKENDS = _plain_backends()
+
+
+# The checks of `call`, bound once: each attribute lookup costs on the ~1 µs scale of the
+# whole check.
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_transforms = torch._C._are_functorch_transforms_active
+_tracing = torch._C._get_tracing_state
+_keys = torch._C._dispatch_keys
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
+
+
+def call(name: str, *args):
+    """``torch.ops.rownorm.<name>(*args)`` for a forward op, past the Python autograd kernel
+    where the call involves nothing but plain tensors of one device and no mode, transform,
+    tracer or forward-AD level is active (the section's comment). ``args``: all of the
+    schema's arguments, positional."""
+    op, function, tensor_args = _EAGER[name]
+    if not (
+        _is_compiling()
+        or fwAD._current_level >= 0
+        or _dispatch_modes()
+        or _function_modes()
+        or _transforms()
+        or _tracing() is not None
+    ):
+        keys = None
+        for i in tensor_args:
+            t = args[i]
+            if t is None:
+                continue
+            if type(t) not in _PLAIN_TYPES:
+                break
+            k = _keys(t).raw_repr()
+            if keys is None:
+                keys = k
+            elif k != keys:
+                break
+        else:
+            dispatch = _PLAIN_BACKENDS.get(keys)
+            if dispatch is not None:
+                if _grad_enabled() and _any_requires_grad(*args):
+                    return function.apply(dispatch[1], *args)
+                return op.redispatch(dispatch[0], *args)
+    return op(*args)
 
 
 # ---- l2_normalize -------------------------------------------------------------------------
