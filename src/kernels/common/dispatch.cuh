@@ -737,8 +737,11 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       if (k.packs == kCtaVecs && k.threads == 256) {
         return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream, k.cluster);
       }
-      if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream, k.cluster);
+      // 16-bit rows of 512 x 4 run the slice sums (SliceSumsApply): compiled for fp32 only.
+      if constexpr (!SliceSumsApply(RowTier::kCta, 512, kCtaVecs, 1, PlannedElemSize<Args>(), 1)) {
+        if (k.packs == kCtaVecs && k.threads == 512) {
+          return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream, k.cluster);
+        }
       }
     }
   }
