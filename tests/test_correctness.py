@@ -275,9 +275,10 @@ def test_layer_norm_constant_rows(device):
 
 def test_layer_norm_slices_of_different_means(device):
     """Rows whose quarters have means 300, -250, 1000 and 5 (plus unit noise): on the cluster
-    tier each CTA's slice has its own mean, and the row's variance needs the spread of those
-    means as well as each slice's own (layer_norm.cuh's MeanM2MergeOp). Lengths reach the CTA
-    tier and clusters of 2 to 16 CTAs, aligned and odd."""
+    tier each CTA's slice has its own mean, and the row's variance must include the spread of
+    those means as well as each slice's own spread (what a per-CTA statistic merged across the
+    cluster gets wrong when it drops a term). Lengths reach the CTA tier and clusters of 2 to
+    16 CTAs, aligned and odd."""
     gen = torch.Generator().manual_seed(0)
     offsets = torch.tensor([300.0, -250.0, 1000.0, 5.0], dtype=torch.float64)
     shapes = {torch.float32: (8000, 20000, 65535, 131072), torch.bfloat16: (40000, 65536, 262144)}

@@ -233,9 +233,10 @@ template <class Op, class Args>
 constexpr int PipelinedSumThreads() {
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
-// Rows one at a time (4 packs) hold at least two CTAs' threads per SM, 512: left alone, ptxas
-// gave the 256-thread bf16 rms_norm kernel 159 registers (one CTA per SM) once its packs lost
-// their branch (523d731); bounded, 127 and no spills.
+// The kernels running one row at a time (4 packs) keep at least 512 threads per SM (two CTAs
+// of 256): left alone, ptxas gave the 256-thread bf16 rms_norm kernel 159 registers once its
+// packs lost their branch (523d731): one CTA per SM, and the fwd+bwd step at bf16 8192 took
+// 1.11x the time; bounded, 127 and no spills (benchmarks/results/h100/NOTES.md §30).
 constexpr int kUnpipelinedSumThreads = 512;
 // kCluster > 1 (sm_90+, launched as clusters of kCluster CTAs): chunk c / kCluster of
 // kCluster·kRows rows is written by the cluster as one partial (ClusterWriteSums), so
