@@ -26,8 +26,9 @@ import sys
 
 # (op, dtype, shape, dim): bf16 rows across the tiers (group, CTA, cluster, streaming), fp32
 # rows, and the strided-dim path (the channel dim of NCHW) — the shapes a refactor of the row
-# engine can slow down.
-ROW_NS = (256, 1024, 4096, 16384, 65536, 262144)
+# engine can slow down. 8192 is bf16's 256-thread 4-pack CTA, whose fused backward lost 10%
+# to a register change unseen while this grid lacked it (benchmarks/results/h100/NOTES.md §30).
+ROW_NS = (256, 1024, 4096, 8192, 16384, 65536, 262144)
 OPS = (
     "l2_normalize",
     "l1_normalize",
