@@ -113,6 +113,11 @@ def _bind(op: torch._ops.OpOverload, args, kwargs) -> dict:
     return {a.name: given.get(a.name, a.default_value) for a in op._schema.arguments}
 
 
+def _is_tensor(arg: torch._C.Argument) -> bool:
+    """Whether a schema argument is a tensor (``Tensor`` or ``Tensor?``)."""
+    return arg.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
+
+
 def _unsupported(t: torch.Tensor) -> str | None:
     """What a tensor is that no kernel of rownorm takes (None: a dense floating tensor)."""
     if t.layout != torch.strided:
@@ -155,7 +160,7 @@ def _fake(name: str):
     op = _overload(name)
     schema = op._schema
     names = [a.name for a in schema.arguments]
-    tensors = [a for a in schema.arguments if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())]
+    tensors = [a for a in schema.arguments if _is_tensor(a)]
     main = next(
         a.name for a in tensors if isinstance(a.type, torch._C.TensorType) and a.name != "grad"
     )
@@ -333,11 +338,7 @@ def _register_autograd(qualname: str, backward, setup_context=None, saving=None)
 
     _LIB.impl(name, kernel, "Autograd", with_keyset=True)
     if name in _OPS:
-        tensor_args = tuple(
-            i
-            for i, a in enumerate(op._schema.arguments)
-            if a.type.isSubtypeOf(torch._C.OptionalType.ofTensor())
-        )
+        tensor_args = tuple(i for i, a in enumerate(op._schema.arguments) if _is_tensor(a))
         _EAGER[name] = (op, function, tensor_args)
 
 
@@ -369,11 +370,9 @@ def _plain_backends() -> dict[int, tuple[torch._C.DispatchKeySet, torch._C.Dispa
     ):
         kernel = torch._C.DispatchKeySet(backend)
         with_autograd = kernel.add(autograd)
-        plain[kernel.add(autocast).raw_repr()] = (kernel, with_autograd)
-        plain[with_autograd.add(k.ADInplaceOrView).add(autocast).raw_repr()] = (
-            kernel,
-            with_autograd,
-        )
+        entry = (kernel, with_autograd)
+        plain[kernel.add(autocast).raw_repr()] = entry
+        plain[with_autograd.add(k.ADInplaceOrView).add(autocast).raw_repr()] = entry
     return plain
 
 
