@@ -3,7 +3,8 @@ src/kernels/common/plan.h), on the GPU it runs on.
 
     python benchmarks/tier_sweep.py [--ops rms_norm,layer_norm,...] [--dtypes bf16,fp32]
                                     [--modes fwd,fwdbwd] [--log2-elems 27] [--rounds 2]
-                                    [--max-n 524288] [--ns 393216,...] [--out DIR]
+                                    [--max-n 524288] [--ns 393216,...] [--ladder 3]
+                                    [--out DIR]
 
 A boundary of the table is the longest row a configuration holds (its edge); the next length
 runs the next configuration up. At every edge of each element size this times the edge row
@@ -14,7 +15,10 @@ every rep (rownorm.bench's Timer), the two interleaved over ``--rounds`` rounds.
 is where it should be when the next configuration is not faster at the edge (ratio next / own
 ≥ 1); a ratio below 1 says the boundary belongs lower. With ``--ns`` it times the given
 lengths instead, each under its own configuration and the next one up (planned as one element
-past the edge of its own configuration): how far below an edge a finding holds. The next
+past the edge of its own configuration): how far below an edge a finding holds. With
+``--ladder K`` it times the K configurations above each row's own (one row of the report
+each, all against the same own timing): where a GPU with more bandwidth per SM (the H200)
+wants more bytes in flight than the next configuration gives. Each other
 configuration's output is checked against the table's own first (same op, same inputs;
 relative error within the dtype's tolerance).
 
@@ -73,18 +77,22 @@ def plan_text(op: str, x: torch.Tensor, mode: str) -> str:
     return str(rownorm.explain(x, op, backward=backward, param_grads=backward and params))
 
 
-def next_plan_length(n: int, edges: list[int]) -> int:
-    """The shortest row of the configuration above n's own: one past the edge of n's."""
-    return next(e for e in edges if e >= n) + 1
+def plan_lengths_above(n: int, edges: list[int], count: int) -> list[int]:
+    """The shortest rows of the `count` configurations above n's own: one past the edge of
+    n's configuration, then one past each edge after it (as many as the table has)."""
+    above = [e + 1 for e in edges if e >= n]
+    return above[:count]
 
 
-def sweep_one(timer, op, dtype, mode, n, next_n, elems, rounds) -> dict:
+def sweep_one(timer, op, dtype, mode, n, plan_ns, elems, rounds) -> list[dict]:
+    """Times the row of n under its own configuration and under each configuration planned
+    as plan_ns (interleaved over the rounds); one result per configuration above its own."""
     m = max(1, elems // n)
     fn, inputs, dys, nbytes = make_case(op, m, n, dtype, mode)
     x = inputs[0].detach()
-    configs = {"own": None, "next": str(next_n)}
+    configs = {"own": None, **{str(v): str(v) for v in plan_ns}}
     times: dict[str, list[float]] = {k: [] for k in configs}
-    plans, err = {}, 0.0
+    plans, errs = {}, {}
     try:
         for name, value in configs.items():
             plan_as(value)
@@ -95,30 +103,40 @@ def sweep_one(timer, op, dtype, mode, n, next_n, elems, rounds) -> dict:
             if name == "own":
                 reference = out
             else:
-                err = relerr(out, reference)
+                errs[name] = relerr(out, reference)
         for _ in range(rounds):
             for name, value in configs.items():
                 plan_as(value)
                 times[name].append(time_impl(timer, fn, inputs, mode, dys, rep_ms=50.0))
     finally:
         plan_as(None)
-    own, nxt = statistics.mean(times["own"]), statistics.mean(times["next"])
-    return dict(
-        op=op,
-        dtype=str(dtype).removeprefix("torch."),
-        mode=mode,
-        N=n,
-        M=m,
-        own_us=round(own * 1e3, 2),
-        next_us=round(nxt * 1e3, 2),
-        next_over_own=round(nxt / own, 3),
-        own_gbps=round(nbytes / (own * 1e6), 1),
-        spread=round(max(max(t) / min(t) - 1 for t in times.values()), 3),
-        next_relerr=f"{err:.1e}",
-        ok=err <= TOLERANCE[dtype],
-        own_plan=plans["own"],
-        next_plan=plans["next"],
-    )
+    own = statistics.mean(times["own"])
+    spread = round(max(max(t) / min(t) - 1 for t in times.values()), 3)
+    rows = []
+    for name in configs:
+        if name == "own":
+            continue
+        alt = statistics.mean(times[name])
+        rows.append(
+            dict(
+                op=op,
+                dtype=str(dtype).removeprefix("torch."),
+                mode=mode,
+                N=n,
+                M=m,
+                planned_as=int(name),
+                own_us=round(own * 1e3, 2),
+                next_us=round(alt * 1e3, 2),
+                next_over_own=round(alt / own, 3),
+                own_gbps=round(nbytes / (own * 1e6), 1),
+                spread=spread,
+                next_relerr=f"{errs[name]:.1e}",
+                ok=errs[name] <= TOLERANCE[dtype],
+                own_plan=plans["own"],
+                next_plan=plans[name],
+            )
+        )
+    return rows
 
 
 def write(rows: list[dict], out_dir: str, gpu: str) -> None:
@@ -132,16 +150,18 @@ def write(rows: list[dict], out_dir: str, gpu: str) -> None:
         "",
         f"rownorm {rownorm.__version__} rev {rownorm.build_info().get('revision', '?')}; "
         "each edge row (the longest row of a configuration) under the table's configuration "
-        "(own) and the next one up (next), µs (median, L2 flushed), mean over the rounds; "
-        "next/own < 1: the next configuration was faster at the edge. Plans: "
-        "tier_sweep.csv.",
+        "(own) and a configuration above it (next: the row planned as the length given, the "
+        "shortest row of that configuration), µs (median, L2 flushed), mean over the rounds; "
+        "next/own < 1: that configuration was faster. Plans: tier_sweep.csv.",
         "",
-        "| op | dtype | mode | N | own µs | next µs | next/own | own GB/s | spread | check |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| op | dtype | mode | N | planned as | own µs | next µs | next/own | own GB/s | spread "
+        "| check |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['op']} | {r['dtype']} | {r['mode']} | {r['N']} | {r['own_us']} | "
+            f"| {r['op']} | {r['dtype']} | {r['mode']} | {r['N']} | {r['planned_as']} | "
+            f"{r['own_us']} | "
             f"{r['next_us']} | {'**' if r['next_over_own'] < 0.97 else ''}{r['next_over_own']}"
             f"{'**' if r['next_over_own'] < 0.97 else ''} | {r['own_gbps']} | {r['spread']} | "
             f"{'ok' if r['ok'] else 'MISMATCH ' + r['next_relerr']} |"
@@ -159,6 +179,12 @@ def main() -> None:
     parser.add_argument("--max-n", type=int, default=1 << 19)
     parser.add_argument("--ns", default="", help="these row lengths instead of the edges")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--ladder",
+        type=int,
+        default=1,
+        help="time this many configurations above each row's own (default 1: the next one)",
+    )
     parser.add_argument("--out", default="tier_sweep")
     args = parser.parse_args()
 
@@ -171,16 +197,18 @@ def main() -> None:
         for n in (n for n in ns if n <= min(args.max_n, edges[-1])):
             for op in args.ops.split(","):
                 for mode in args.modes.split(","):
-                    next_n = next_plan_length(n, edges)
-                    r = sweep_one(
-                        timer, op, dtype, mode, n, next_n, 1 << args.log2_elems, args.rounds
+                    plan_ns = plan_lengths_above(n, edges, args.ladder)
+                    found = sweep_one(
+                        timer, op, dtype, mode, n, plan_ns, 1 << args.log2_elems, args.rounds
                     )
-                    rows.append(r)
-                    print(
-                        f"{op} {dname} {mode} N={n}: own {r['own_us']} us next {r['next_us']} "
-                        f"us ({r['next_over_own']}) {'ok' if r['ok'] else 'MISMATCH'}",
-                        flush=True,
-                    )
+                    rows.extend(found)
+                    for r in found:
+                        print(
+                            f"{op} {dname} {mode} N={n} as {r['planned_as']}: own "
+                            f"{r['own_us']} us next {r['next_us']} us ({r['next_over_own']}) "
+                            f"{'ok' if r['ok'] else 'MISMATCH'}",
+                            flush=True,
+                        )
                     torch.cuda.empty_cache()
                     write(rows, args.out, torch.cuda.get_device_name())  # as far as it got
 
