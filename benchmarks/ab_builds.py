@@ -5,7 +5,8 @@ process: each side runs as its own worker process (``PYTHONPATH`` pointing at it
 the sides alternate, A B then B A, for ``--reps`` rounds so that drift of the GPU (clocks,
 temperature) falls on both. Each worker times every case with CUDA events (median of the
 iterations); the report gives, per case, the median over rounds of each side, B / A, and the
-spread of A over its rounds, which is the noise a difference must exceed to mean anything.
+spread of each side over its rounds, which is the noise a difference must exceed to mean
+anything (a ratio within it is marked ~).
 
     git archive <old commit> | (mkdir -p /tmp/old && tar -x -C /tmp/old)
     (cd /tmp/old && python setup.py build_ext --inplace)     # and the same in this tree
@@ -124,6 +125,43 @@ def worker(iters: int, ops: tuple[str, ...], ns: tuple[int, ...] | None, samples
     print(json.dumps(results))
 
 
+def report(runs: dict[str, list[dict]], reps: int) -> tuple[list[str], str]:
+    """The markdown table (per case: the median over rounds of each side, B / A, each side's
+    spread over its rounds) and the one-line summary of the rounds of both sides."""
+    lines = [
+        "| op | dtype | shape | dim | pass | A µs | B µs | B/A | A spread | B spread |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    worst = []
+    within_noise = 0
+    for key in runs["A"][0]:
+        case, backward = json.loads(key)
+        a = [r[key] for r in runs["A"]]
+        b = [r[key] for r in runs["B"]]
+        am, bm = statistics.median(a), statistics.median(b)
+        spread = (max(a) - min(a)) / am
+        b_spread = (max(b) - min(b)) / bm
+        ratio = bm / am
+        worst.append((ratio, spread, case, backward))
+        # A difference no larger than either side's spread over its rounds is noise: marked.
+        noise = abs(ratio - 1) <= max(spread, b_spread)
+        within_noise += noise
+        lines.append(
+            f"| {case['op']} | {case['dtype']} | {'x'.join(map(str, case['shape']))} | "
+            f"{case['dim']} | {'fwd+bwd' if backward else 'fwd'} | {am:.1f} | {bm:.1f} | "
+            f"{ratio:.3f}{' ~' if noise else ''} | {spread:.3f} | {b_spread:.3f} |"
+        )
+    worst.sort(key=lambda t: -t[0])
+    ratios = [w[0] for w in worst]
+    summary = (
+        f"\n{len(ratios)} cases, {reps} rounds: B/A median {statistics.median(ratios):.3f}, "
+        f"max {ratios[0]:.3f} ({worst[0][2]['op']} {worst[0][2]['dtype']} "
+        f"{worst[0][2]['shape']} {'fwd+bwd' if worst[0][3] else 'fwd'}), min {ratios[-1]:.3f}; "
+        f"{within_noise} within a side's spread (marked ~)"
+    )
+    return lines, summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="PYTHONPATH of build A (the baseline)")
@@ -162,36 +200,13 @@ def main() -> None:
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
             runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {rep} side {side} done", flush=True)
-    lines = [
-        "| op | dtype | shape | dim | pass | A µs | B µs | B/A | A spread |",
-        "|---|---|---|---:|---|---:|---:|---:|---:|",
-    ]
-    worst = []
-    for key in runs["A"][0]:
-        case, backward = json.loads(key)
-        a = [r[key] for r in runs["A"]]
-        b = [r[key] for r in runs["B"]]
-        am, bm = statistics.median(a), statistics.median(b)
-        spread = (max(a) - min(a)) / am
-        ratio = bm / am
-        worst.append((ratio, spread, case, backward))
-        lines.append(
-            f"| {case['op']} | {case['dtype']} | {'x'.join(map(str, case['shape']))} | "
-            f"{case['dim']} | {'fwd+bwd' if backward else 'fwd'} | {am:.1f} | {bm:.1f} | "
-            f"{ratio:.3f} | {spread:.3f} |"
-        )
-    worst.sort(key=lambda t: -t[0])
-    ratios = [w[0] for w in worst]
-    summary = (
-        f"\n{len(ratios)} cases, {args.reps} rounds: B/A median {statistics.median(ratios):.3f}, "
-        f"max {ratios[0]:.3f} ({worst[0][2]['op']} {worst[0][2]['dtype']} "
-        f"{worst[0][2]['shape']} {'fwd+bwd' if worst[0][3] else 'fwd'}), min {ratios[-1]:.3f}"
-    )
-    report = "\n".join(lines) + "\n" + summary + "\n"
+    lines, summary = report(runs, args.reps)
     if args.out:
         with open(args.out, "w") as f:
-            f.write(report)
-    print("\n".join(lines[:2] + [ln for ln in lines[2:] if float(ln.split("|")[8]) > 1.03]))
+            f.write("\n".join(lines) + "\n" + summary + "\n")
+    print(
+        "\n".join(lines[:2] + [ln for ln in lines[2:] if float(ln.split("|")[8].split()[0]) > 1.03])
+    )
     print(summary)
 
 
