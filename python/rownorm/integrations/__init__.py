@@ -3,4 +3,7 @@
 
 * :mod:`rownorm.integrations.transformers`: swap the normalization modules of a Hugging Face
   ``transformers`` model (or of its modeling classes, before ``from_pretrained``) for rownorm's.
+* :mod:`rownorm.integrations.hf_kernels`: rownorm's RMS norm as the "RMSNorm" layer of Hugging
+  Face's ``kernels`` library (``kernelize`` with :func:`~rownorm.integrations.hf_kernels.
+  kernel_mapping`).
 """
