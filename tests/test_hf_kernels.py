@@ -148,3 +148,29 @@ def test_compiled(under_compile, monkeypatch):
     y = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
     assert len(calls) == (2 if under_compile == "rownorm" else 0)
     torch.testing.assert_close(y, ref[:2](x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "phi3"])
+def test_kernelized_model(device, family, monkeypatch):
+    """A tiny transformers model whose RMS norm modules carry the "RMSNorm" layer name (their
+    class decorated as transformers decorates it), kernelized: every norm runs rownorm, and the
+    logits and every parameter gradient stay those of the unkernelized model (float32, the
+    tolerance of tests/test_hf_patch.py)."""
+    from test_hf_patch import RELERR, _ids, loss_and_grads, make_model, relerr
+
+    model, ref = make_model(family, device), make_model(family, device)
+    norm_cls = next(type(m) for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
+    hub_cls = _hub(norm_cls)
+    norms = [m for m in model.modules() if type(m) is norm_cls]
+    for m in norms:
+        m.__class__ = hub_cls
+    with use_kernel_mapping(kernel_mapping()):
+        kernelize(model, mode=Mode.TRAINING, device=device)
+    calls = _count_rownorm_calls(monkeypatch)
+    logits, loss, grads = loss_and_grads(model, _ids(device))
+    logits_ref, loss_ref, grads_ref = loss_and_grads(ref, _ids(device))
+    assert len(calls) == len(norms)
+    tol_logits, tol_grads = RELERR[torch.float32]
+    assert relerr(logits, logits_ref) <= tol_logits
+    for name, g in grads.items():
+        assert relerr(g, grads_ref[name]) <= tol_grads, name
