@@ -174,3 +174,21 @@ def test_kernelized_model(device, family, monkeypatch):
     assert relerr(logits, logits_ref) <= tol_logits
     for name, g in grads.items():
         assert relerr(g, grads_ref[name]) <= tol_grads, name
+
+
+def test_compiled_keeps_the_output_dtype(monkeypatch):
+    """A float32 weight on bf16 x: the transformers forward returns float32, rownorm x's dtype;
+    under torch.compile RMSNorm runs rownorm's op there too, so that compiling does not change
+    the output dtype (as patch_model)."""
+    model, _ = _models("cpu", torch.float32)
+    model = model[:1]
+    with use_kernel_mapping(kernel_mapping()):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    x = torch.randn(4, 96, dtype=torch.bfloat16)
+    eager = model(x)
+    calls = _count_rownorm_calls(monkeypatch)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    assert eager.dtype == compiled.dtype == torch.bfloat16
+    assert len(calls) == 1
+    assert torch.equal(eager, compiled)

@@ -22,7 +22,9 @@ the class's own forward runs.
 
 Under ``torch.compile`` :class:`RMSNorm` runs the class's own forward, which Inductor fuses
 with its neighbours: measured on an H100, rownorm's op in a compiled training step made it
-0.975–0.984× as fast (``benchmarks/results/h100/models/``). ``kernel_mapping(under_compile=
+0.975–0.984× as fast (``benchmarks/results/h100/models/``). Where the weight's dtype differs
+from x's, rownorm's op runs under compile too, so that the output dtype (x's) does not depend
+on compiling, as with ``patch_model``. ``kernel_mapping(under_compile=
 "rownorm")`` names :class:`RMSNormInGraph` instead, whose forward runs rownorm's op in the
 compiled graph too (it compiles with ``fullgraph=True``) for the classes probed before the
 trace: a trace does not probe, so a class whose first call is compiled runs its own forward
@@ -62,8 +64,8 @@ def _form(cls: type) -> _hf.NormForm | str | None:
 
 def _rownorm_forward(self: torch.nn.Module, hidden_states: torch.Tensor, in_graph: bool):
     own = type(self).forward  # the class's forward: kernelize replaces the instance's only
-    if torch.compiler.is_compiling() and not in_graph:
-        return own(self, hidden_states)
+    if torch.compiler.is_compiling() and not in_graph and self.weight.dtype == hidden_states.dtype:
+        return own(self, hidden_states)  # for Inductor to fuse (see the module docstring)
     form = _form(type(self))
     if not isinstance(form, _hf.NormForm) or form.kind != "rms_norm":
         return own(self, hidden_states)
@@ -118,7 +120,7 @@ class LayerRepository:
 def kernel_mapping(under_compile: str = "inductor") -> dict:
     """The kernel mapping that runs rownorm for transformers' "RMSNorm" layers on CUDA and the
     CPU, in every ``kernels.Mode``, for ``kernels.use_kernel_mapping`` /
-    ``kernels.register_kernel_mapping`` (or transformers' ``KernelConfig``).
+    ``kernels.register_kernel_mapping``.
     ``under_compile``: ``"inductor"`` (:class:`RMSNorm`) or ``"rownorm"``
     (:class:`RMSNormInGraph`), as :func:`rownorm.patch_model`'s."""
     _hf._check_under_compile("kernel_mapping", under_compile)
