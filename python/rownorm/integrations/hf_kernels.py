@@ -64,8 +64,8 @@ def _form(cls: type) -> _hf.NormForm | str | None:
 
 def _rownorm_forward(self: torch.nn.Module, hidden_states: torch.Tensor, in_graph: bool):
     own = type(self).forward  # the class's forward: kernelize replaces the instance's only
-    if torch.compiler.is_compiling() and not in_graph and self.weight.dtype == hidden_states.dtype:
-        return own(self, hidden_states)  # for Inductor to fuse (see the module docstring)
+    if _hf._inductor_fuses("rownorm" if in_graph else "inductor", hidden_states, self.weight):
+        return own(self, hidden_states)
     form = _form(type(self))
     if not isinstance(form, _hf.NormForm) or form.kind != "rms_norm":
         return own(self, hidden_states)

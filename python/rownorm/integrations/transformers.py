@@ -192,15 +192,20 @@ def _check_under_compile(caller: str, under_compile: str) -> None:
         )
 
 
-def _inductor_runs(module: RownormNorm, x: torch.Tensor, *params: torch.Tensor | None) -> bool:
-    """Whether the module's own forward runs instead of rownorm's op: under torch.compile with
-    ``under_compile="inductor"``, where the parameters have x's dtype (so that the output's
-    dtype does not depend on compiling)."""
+def _inductor_fuses(under_compile: str, x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether a norm's own forward runs instead of rownorm's op (for Inductor to fuse): under
+    torch.compile with ``under_compile="inductor"``, where the parameters have x's dtype (so
+    that the output's dtype does not depend on compiling)."""
     return (
-        module._rownorm_under_compile == "inductor"
+        under_compile == "inductor"
         and torch.compiler.is_compiling()
         and all(p is None or p.dtype == x.dtype for p in params)
     )
+
+
+def _inductor_runs(module: RownormNorm, x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """:func:`_inductor_fuses` for a patched module, with its class's ``under_compile``."""
+    return _inductor_fuses(module._rownorm_under_compile, x, *params)
 
 
 def _single_input(args: tuple, kwargs: dict) -> torch.Tensor:
