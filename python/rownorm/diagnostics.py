@@ -54,7 +54,8 @@ class Plan:
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies); None where loads go straight to registers.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
-            (and bias) once, not in every row: cluster-tier forwards, and the fused parameter
+            (and bias) once, not in every row: CTA- and cluster-tier forwards on aligned rows
+            (where the device holds as many CTAs of that kernel), and the fused parameter
             gradients of rows past the CTA tier's 4 packs (column sums in shared memory).
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing

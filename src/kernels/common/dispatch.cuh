@@ -278,6 +278,43 @@ cudaError_t PrefetchingWideCtas(int* ctas) {
                                                                                 ctas);
 }
 
+// The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
+// threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
+// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB).
+// Measured on the H200 (benchmarks/results/h200/NOTES.md §12): the wide CTA's forwards 0.89×
+// (rms_norm bf16) to 0.92× (layer_norm fp32) the time; where an SM holds several CTAs (128-512
+// threads x 4 packs) the kept copy took 1.04-1.12× (the other CTAs hide the per-row reads), and
+// add_rms_norm's two inputs 1.02×.
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr size_t CtaParamSmem() {
+  return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
+}
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr bool CtaParamsExist() {
+  constexpr bool kWide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
+  if constexpr (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0 || !kWide ||
+                !OpTraits<Op>::kWideCluster || Args::kNumIn != 1) {
+    return false;
+  } else {
+    return CtaParamSmem<Op, Args, kThreads, kVecs>() <= kMaxClusterSmem;
+  }
+}
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr auto CtaParamKernel =
+    CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
+
+// How many CTAs of the kThreads x kVecs configuration the device holds at once: of
+// CtaParamRowKernel (*kept) and of CtaRowKernel (*plain).
+template <class Op, class Args, int kThreads, int kVecs>
+cudaError_t CtaResidency(int* kept, int* plain) {
+  const cudaError_t err =
+      ResidentCtas<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                   CtaParamSmem<Op, Args, kThreads, kVecs>()>(kThreads, kept);
+  if (err != cudaSuccess) return err;
+  return ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>, 0>(kThreads,
+                                                                                    plain);
+}
+
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
 // cannot co-schedule replaced by streaming, and the rows in flight the launcher keeps.
 template <class Op, class Args>
@@ -310,6 +347,19 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         plan->stages = kBulkStages;
       } else if (registers == 0) {
         *plan = StreamingPlan(plan->vec);
+      }
+    }
+    if constexpr (CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>()) {
+      // The wide CTA's forwards with parameters keep them per CTA where the device holds as
+      // many CTAs of that kernel as of the one that reads them per row (ties: the fewer bytes).
+      const std::optional<ClusterKind> forced = ForcedClusterKind();
+      if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
+          plan->packs == kWideCtaVecs && FusedOperandsAligned(a) &&
+          a.n % Args::kPackWidth == 0 && forced != ClusterKind::kRegisters) {
+        int kept = 0, plain = 0;
+        err = CtaResidency<Op, Args, kWideCtaThreads, kWideCtaVecs>(&kept, &plain);
+        if (err != cudaSuccess) return err;
+        plan->params_once = kept > 0 && (forced == ClusterKind::kParams || kept >= plain);
       }
     }
     constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
@@ -380,8 +430,19 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
 }
 
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
-cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
+cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
+  if constexpr (CtaParamsExist<Op, Args, kThreads, kVecs>()) {
+    if (plan.params_once) {
+      bool launched = false;
+      const cudaError_t err =
+          LaunchPersistent<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                           CtaParamSmem<Op, Args, kThreads, kVecs>()>(a.rows, kThreads, stream,
+                                                                      &launched, a, op);
+      if (err != cudaSuccess || launched) return err;
+    }
+  }
+  if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
   if constexpr (RowStages<Op, Args, kThreads, kVecs>() > 0) {
     bool launched = false;
     const cudaError_t err =
@@ -420,15 +481,16 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         break;
       case RowTier::kCta:
         switch (plan.threads) {
-          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, stream);
-          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, stream);
+          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, plan, stream);
+          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, plan, stream);
           case 512:
             if constexpr (OpTraits<Op>::kWideCluster) {
               if (plan.packs == kWideCtaVecs) {
-                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
+                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, plan,
+                                                                             stream);
               }
             }
-            return LaunchCtaRow<Op, Args, 512>(a, op, stream);
+            return LaunchCtaRow<Op, Args, 512>(a, op, plan, stream);
         }
         break;
       case RowTier::kCluster:
