@@ -214,6 +214,14 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
         assert torch.equal(a, c)
 
 
+def _dram_gbps_per_sm() -> float:
+    """The current GPU's peak DRAM bandwidth per SM in GB/s, as the planner reads it (two
+    transfers per memory clock over the bus width): where the wide CTA keeps its parameters.
+    0 where torch does not report them."""
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
+
+
 def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
     """The forwards that read per-column parameters, every output (no autograd)."""
     import rownorm
@@ -231,7 +239,8 @@ def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
     """The wide CTA's forwards of one input with parameters (rms_norm, layer_norm) keep them
-    per CTA (``params=once``, CtaParamRowKernel: a persistent grid) where PlanRowOp picks it;
+    per CTA (``params=once``, CtaParamRowKernel: a persistent grid) where PlanRowOp picks it
+    (GPUs of at least 30 GB/s of DRAM bandwidth per SM);
     ROWNORM_CLUSTER_ROWS=registers reads them in every row (CtaRowKernel), ``params`` forces
     the kept copy where it fits. Every CTA-tier edge, aligned and odd (no kept parameters
     there), with more rows than the device holds CTAs (so that a CTA's copy serves many rows),
@@ -267,6 +276,11 @@ def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
                 assert all(p.params is None for p in plans[kind].values()), (n, plans[kind])
         if n % vec == 0 and wide:
             kept_plans += sum(p.params == "once" for p in plans["params"].values())
+            gbps = _dram_gbps_per_sm()
+            if gbps > 0:  # torch reports the memory clock and bus width (CUDA 13 may not)
+                unset = {op: plans[""][op].params for op in ("rms_norm", "layer_norm")}
+                want = "once" if gbps >= 30 else None
+                assert unset == {"rms_norm": want, "layer_norm": want}, (n, gbps, plans[""])
         for kind in ("params", ""):
             for i, (a, c) in enumerate(zip(runs["registers"], runs[kind], strict=True)):
                 assert torch.equal(a, c), (n, kind, i, plans[kind])

@@ -53,8 +53,24 @@ class PerDevice {
 
 // What planning reads of a device.
 struct DeviceInfo {
-  int cc_major = 0;  // the cluster tier needs sm_90+
+  int cc_major = 0;             // the cluster tier needs sm_90+
+  double dram_gbps_per_sm = 0;  // peak DRAM bandwidth / SMs (GB/s); 0 where not reported
 };
+
+// Peak DRAM bandwidth per SM of device d in GB/s: 2 transfers per memory clock (the attribute,
+// in kHz) over the bus width, over the SMs (H100 SXM: 2 x 2.619 GHz x 640 B / 132 = 25.4;
+// H200: ~37). 0 where the driver does not report the memory clock or bus width.
+inline double DramGbpsPerSm(int d) {
+  int khz = 0, bits = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess ||
+      khz <= 0 || bits <= 0 || sms <= 0) {
+    (void)cudaGetLastError();  // "not reported", not a sticky error
+    return 0;
+  }
+  return 2.0 * khz * 1e3 * (bits / 8) / sms / 1e9;
+}
 
 // The current device (in `device`) and its attributes, read once per device.
 inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
@@ -62,7 +78,10 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   const cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
   return cache.Get(*device, info, [](int d, DeviceInfo* out) {
-    return cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
+    const cudaError_t e =
+        cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
+    if (e == cudaSuccess) out->dram_gbps_per_sm = DramGbpsPerSm(d);
+    return e;
   });
 }
 
@@ -280,11 +299,14 @@ cudaError_t PrefetchingWideCtas(int* ctas) {
 
 // The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
 // threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
-// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB).
-// Measured on the H200 (benchmarks/results/h200/NOTES.md §12): the wide CTA's forwards 0.89×
-// (rms_norm bf16) to 0.92× (layer_norm fp32) the time; where an SM holds several CTAs (128-512
-// threads x 4 packs) the kept copy took 1.04-1.12× (the other CTAs hide the per-row reads), and
-// add_rms_norm's two inputs 1.02×.
+// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
+// GPUs of at least kWideCtaParamsGbpsPerSm of DRAM bandwidth per SM. Measured
+// (benchmarks/results/h200/NOTES.md §12, h100/NOTES.md §31): on the H200 (~37 GB/s per SM) the
+// wide CTA's forwards took 0.89× (rms_norm bf16) to 0.92× (layer_norm fp32) the time, on the
+// H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
+// back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
+// 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
+constexpr double kWideCtaParamsGbpsPerSm = 30.0;
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t CtaParamSmem() {
   return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
@@ -350,12 +372,15 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       }
     }
     if constexpr (CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>()) {
-      // The wide CTA's forwards with parameters keep them per CTA where the device holds as
-      // many CTAs of that kernel as of the one that reads them per row (ties: the fewer bytes).
+      // The wide CTA's forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth
+      // per SM where that measured faster, if the device holds as many CTAs of that kernel as
+      // of the one that reads them per row (ties: the fewer bytes).
       const std::optional<ClusterKind> forced = ForcedClusterKind();
+      const bool asked = forced == ClusterKind::kParams ||
+                         (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
       if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
           plan->packs == kWideCtaVecs && FusedOperandsAligned(a) &&
-          a.n % Args::kPackWidth == 0 && forced != ClusterKind::kRegisters) {
+          a.n % Args::kPackWidth == 0 && asked) {
         int kept = 0, plain = 0;
         err = CtaResidency<Op, Args, kWideCtaThreads, kWideCtaVecs>(&kept, &plain);
         if (err != cudaSuccess) return err;

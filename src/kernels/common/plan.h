@@ -54,9 +54,9 @@ enum class ClusterKind { kRegisters, kShared, kParams };
 // ROWNORM_CLUSTER_ROWS=registers|shared|params (read at every plan, like ROWNORM_PLAN_AS_N)
 // runs the cluster tier on that kernel where it exists for the op and fits the device, on the
 // register one elsewhere: every path testable on a Hopper, and the A/B of them in one build.
-// The CTA tier's forwards with parameters follow it too: `registers` reads the parameters in
-// every row (CtaRowKernel), `params` keeps them per CTA where that kernel fits
-// (CtaParamRowKernel), `shared` is the unset choice there (the CTA tier has no such kernel).
+// The wide CTA's forwards with parameters follow it too: `params` keeps them per CTA where that
+// kernel fits (CtaParamRowKernel), `registers` and `shared` read them in every row
+// (CtaRowKernel; the CTA tier has no shared-memory rows).
 // Unset or empty: PlanRowOp's choice; any other value too, said once on stderr (a measuring
 // tool's knob, read below the op's argument checks).
 inline std::optional<ClusterKind> ForcedClusterKind() {
