@@ -51,25 +51,27 @@ class PerDevice {
   std::atomic<bool> known_[kMaxDevices] = {};
 };
 
-// What planning reads of a device.
+// What planning reads of a device: 8 bytes, so that PerDevice's std::atomic of it is lock-free
+// (no libatomic to link).
 struct DeviceInfo {
-  int cc_major = 0;             // the cluster tier needs sm_90+
-  double dram_gbps_per_sm = 0;  // peak DRAM bandwidth / SMs (GB/s); 0 where not reported
+  int cc_major = 0;            // the cluster tier needs sm_90+
+  float dram_gbps_per_sm = 0;  // peak DRAM bandwidth / SMs (GB/s); 0 where not reported
 };
+static_assert(sizeof(DeviceInfo) == 8, "PerDevice<DeviceInfo> holds it in a lock-free atomic");
 
 // Peak DRAM bandwidth per SM of device d in GB/s: 2 transfers per memory clock (the attribute,
 // in kHz) over the bus width, over the SMs (H100 SXM: 2 x 2.619 GHz x 640 B / 132 = 25.4;
 // H200: ~37). 0 where the driver does not report the memory clock or bus width.
-inline double DramGbpsPerSm(int d) {
+inline float DramGbpsPerSm(int d) {
   int khz = 0, bits = 0, sms = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d) != cudaSuccess ||
       cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess ||
-      khz <= 0 || bits <= 0 || sms <= 0) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || khz <= 0 ||
+      bits <= 0 || sms <= 0) {
     (void)cudaGetLastError();  // "not reported", not a sticky error
     return 0;
   }
-  return 2.0 * khz * 1e3 * (bits / 8) / sms / 1e9;
+  return static_cast<float>(2.0 * khz * 1e3 * (bits / 8) / sms / 1e9);
 }
 
 // The current device (in `device`) and its attributes, read once per device.
@@ -306,7 +308,7 @@ cudaError_t PrefetchingWideCtas(int* ctas) {
 // H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
 // back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
 // 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
-constexpr double kWideCtaParamsGbpsPerSm = 30.0;
+constexpr float kWideCtaParamsGbpsPerSm = 30.0f;
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t CtaParamSmem() {
   return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
@@ -322,16 +324,14 @@ constexpr bool CtaParamsExist() {
   }
 }
 template <class Op, class Args, int kThreads, int kVecs>
-constexpr auto CtaParamKernel =
-    CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
+constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
 
 // How many CTAs of the kThreads x kVecs configuration the device holds at once: of
 // CtaParamRowKernel (*kept) and of CtaRowKernel (*plain).
 template <class Op, class Args, int kThreads, int kVecs>
 cudaError_t CtaResidency(int* kept, int* plain) {
-  const cudaError_t err =
-      ResidentCtas<CtaParamKernel<Op, Args, kThreads, kVecs>,
-                   CtaParamSmem<Op, Args, kThreads, kVecs>()>(kThreads, kept);
+  const cudaError_t err = ResidentCtas<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                                       CtaParamSmem<Op, Args, kThreads, kVecs>()>(kThreads, kept);
   if (err != cudaSuccess) return err;
   return ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>, 0>(kThreads,
                                                                                     plain);
@@ -379,8 +379,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       const bool asked = forced == ClusterKind::kParams ||
                          (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
       if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
-          plan->packs == kWideCtaVecs && FusedOperandsAligned(a) &&
-          a.n % Args::kPackWidth == 0 && asked) {
+          plan->packs == kWideCtaVecs && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
+          asked) {
         int kept = 0, plain = 0;
         err = CtaResidency<Op, Args, kWideCtaThreads, kWideCtaVecs>(&kept, &plain);
         if (err != cudaSuccess) return err;
@@ -460,10 +460,9 @@ cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaS
   if constexpr (CtaParamsExist<Op, Args, kThreads, kVecs>()) {
     if (plan.params_once) {
       bool launched = false;
-      const cudaError_t err =
-          LaunchPersistent<CtaParamKernel<Op, Args, kThreads, kVecs>,
-                           CtaParamSmem<Op, Args, kThreads, kVecs>()>(a.rows, kThreads, stream,
-                                                                      &launched, a, op);
+      const cudaError_t err = LaunchPersistent<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                                               CtaParamSmem<Op, Args, kThreads, kVecs>()>(
+          a.rows, kThreads, stream, &launched, a, op);
       if (err != cudaSuccess || launched) return err;
     }
   }
@@ -511,8 +510,7 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
           case 512:
             if constexpr (OpTraits<Op>::kWideCluster) {
               if (plan.packs == kWideCtaVecs) {
-                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, plan,
-                                                                             stream);
+                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, plan, stream);
               }
             }
             return LaunchCtaRow<Op, Args, 512>(a, op, plan, stream);
