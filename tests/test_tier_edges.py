@@ -214,6 +214,80 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
         assert torch.equal(a, c)
 
 
+def _dram_gbps_per_sm() -> float:
+    """The current GPU's peak DRAM bandwidth per SM in GB/s, as the planner reads it (two
+    transfers per memory clock over the bus width): where the wide CTA keeps its parameters.
+    0 where torch does not report them."""
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
+
+
+def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
+    """The forwards that read per-column parameters, every output (no autograd)."""
+    import rownorm
+
+    r = torch.randn_like(x)
+    with torch.no_grad():
+        return [
+            rownorm.rms_norm(x, w),
+            rownorm.layer_norm(x, w, b),
+            *rownorm.add_rms_norm(x, r, w),
+        ]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
+    """The wide CTA's forwards of one input with parameters (rms_norm, layer_norm) keep them
+    per CTA (``params=once``, CtaParamRowKernel: a persistent grid) where PlanRowOp picks it
+    (GPUs of at least 30 GB/s of DRAM bandwidth per SM);
+    ROWNORM_CLUSTER_ROWS=registers reads them in every row (CtaRowKernel), ``params`` forces
+    the kept copy where it fits. Every CTA-tier edge, aligned and odd (no kept parameters
+    there), with more rows than the device holds CTAs (so that a CTA's copy serves many rows),
+    a weight and a bias that start mid-pack (copied an element at a time): the bits of the
+    per-row reads, and no kept copy on the other CTA shapes or for add_rms_norm."""
+    import rownorm
+
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [n for n in tier_edge_lengths(elem) if plan_row_tier(n, vec).tier == "cta"]
+    assert lengths
+    kept_plans = 0
+    for n in lengths:
+        plan = plan_row_tier(n, vec)
+        wide = plan.threads == 512 and plan.packs == 8
+        rows = max(3, (1 << 23) // n)
+        x = scaled_rows(rows, n, dtype, "cuda")
+        g = torch.Generator(device="cuda").manual_seed(n)
+        w = torch.randn(n + 1, device="cuda", dtype=dtype, generator=g)[1:]
+        b = torch.randn(n + 1, device="cuda", dtype=dtype, generator=g)[1:]
+        runs, plans = {}, {}
+        for kind in ("registers", "params", ""):
+            monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+            torch.manual_seed(n)  # add_rms_norm's residual: the same in every run
+            runs[kind] = _forwards_with_params(x, w, b)
+            plans[kind] = {
+                op: rownorm.explain(x, op) for op in ("rms_norm", "layer_norm", "add_rms_norm")
+            }
+        assert all(p.params is None for p in plans["registers"].values()), plans["registers"]
+        for kind in ("params", ""):
+            assert plans[kind]["add_rms_norm"].params is None, plans[kind]
+            if n % vec != 0 or not wide:
+                assert all(p.params is None for p in plans[kind].values()), (n, plans[kind])
+        if n % vec == 0 and wide:
+            kept_plans += sum(p.params == "once" for p in plans["params"].values())
+            gbps = _dram_gbps_per_sm()
+            if gbps > 0:  # torch reports the memory clock and bus width (CUDA 13 may not)
+                unset = {op: plans[""][op].params for op in ("rms_norm", "layer_norm")}
+                want = "once" if gbps >= 30 else None
+                assert unset == {"rms_norm": want, "layer_norm": want}, (n, gbps, plans[""])
+        for kind in ("params", ""):
+            for i, (a, c) in enumerate(zip(runs["registers"], runs[kind], strict=True)):
+                assert torch.equal(a, c), (n, kind, i, plans[kind])
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert kept_plans == 2
+
+
 @cuda_only
 def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
     """ROWNORM_CLUSTER_ROWS other than registers / shared / params is ignored (the plan and the

@@ -54,8 +54,11 @@ class Plan:
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies); None where loads go straight to registers.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
-            (and bias) once, not in every row: cluster-tier forwards, and the fused parameter
-            gradients of rows past the CTA tier's 4 packs (column sums in shared memory).
+            (and bias) once, not in every row: cluster-tier forwards on aligned rows, the
+            forwards of rms_norm / layer_norm on the 512-thread x 8-pack CTA on GPUs of at
+            least 30 GB/s of DRAM bandwidth per SM (the H200, not the H100), and the fused
+            parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
+            memory).
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then

@@ -51,10 +51,28 @@ class PerDevice {
   std::atomic<bool> known_[kMaxDevices] = {};
 };
 
-// What planning reads of a device.
+// What planning reads of a device: 8 bytes, so that PerDevice's std::atomic of it is lock-free
+// (no libatomic to link).
 struct DeviceInfo {
-  int cc_major = 0;  // the cluster tier needs sm_90+
+  int cc_major = 0;            // the cluster tier needs sm_90+
+  float dram_gbps_per_sm = 0;  // peak DRAM bandwidth / SMs (GB/s); 0 where not reported
 };
+static_assert(sizeof(DeviceInfo) == 8, "PerDevice<DeviceInfo> holds it in a lock-free atomic");
+
+// Peak DRAM bandwidth per SM of device d in GB/s: 2 transfers per memory clock (the attribute,
+// in kHz) over the bus width, over the SMs (H100 SXM: 2 x 2.619 GHz x 640 B / 132 = 25.4;
+// H200: ~37). 0 where the driver does not report the memory clock or bus width.
+inline float DramGbpsPerSm(int d) {
+  int khz = 0, bits = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || khz <= 0 ||
+      bits <= 0 || sms <= 0) {
+    (void)cudaGetLastError();  // "not reported", not a sticky error
+    return 0;
+  }
+  return static_cast<float>(2.0 * khz * 1e3 * (bits / 8) / sms / 1e9);
+}
 
 // The current device (in `device`) and its attributes, read once per device.
 inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
@@ -62,7 +80,10 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   const cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
   return cache.Get(*device, info, [](int d, DeviceInfo* out) {
-    return cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
+    const cudaError_t e =
+        cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
+    if (e == cudaSuccess) out->dram_gbps_per_sm = DramGbpsPerSm(d);
+    return e;
   });
 }
 
@@ -278,6 +299,44 @@ cudaError_t PrefetchingWideCtas(int* ctas) {
                                                                                 ctas);
 }
 
+// The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
+// threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
+// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
+// GPUs of at least kWideCtaParamsGbpsPerSm of DRAM bandwidth per SM. Measured
+// (benchmarks/results/h200/NOTES.md §12, h100/NOTES.md §31): on the H200 (~37 GB/s per SM) the
+// wide CTA's forwards took 0.89× (rms_norm bf16) to 0.92× (layer_norm fp32) the time, on the
+// H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
+// back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
+// 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
+constexpr float kWideCtaParamsGbpsPerSm = 30.0f;
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr size_t CtaParamSmem() {
+  return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
+}
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr bool CtaParamsExist() {
+  constexpr bool kWide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
+  if constexpr (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0 || !kWide ||
+                !OpTraits<Op>::kWideCluster || Args::kNumIn != 1) {
+    return false;
+  } else {
+    return CtaParamSmem<Op, Args, kThreads, kVecs>() <= kMaxClusterSmem;
+  }
+}
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
+
+// How many CTAs of the kThreads x kVecs configuration the device holds at once: of
+// CtaParamRowKernel (*kept) and of CtaRowKernel (*plain).
+template <class Op, class Args, int kThreads, int kVecs>
+cudaError_t CtaResidency(int* kept, int* plain) {
+  const cudaError_t err = ResidentCtas<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                                       CtaParamSmem<Op, Args, kThreads, kVecs>()>(kThreads, kept);
+  if (err != cudaSuccess) return err;
+  return ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>, 0>(kThreads,
+                                                                                    plain);
+}
+
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
 // cannot co-schedule replaced by streaming, and the rows in flight the launcher keeps.
 template <class Op, class Args>
@@ -310,6 +369,22 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         plan->stages = kBulkStages;
       } else if (registers == 0) {
         *plan = StreamingPlan(plan->vec);
+      }
+    }
+    if constexpr (CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>()) {
+      // The wide CTA's forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth
+      // per SM where that measured faster, if the device holds as many CTAs of that kernel as
+      // of the one that reads them per row (ties: the fewer bytes).
+      const std::optional<ClusterKind> forced = ForcedClusterKind();
+      const bool asked = forced == ClusterKind::kParams ||
+                         (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
+      if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
+          plan->packs == kWideCtaVecs && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
+          asked) {
+        int kept = 0, plain = 0;
+        err = CtaResidency<Op, Args, kWideCtaThreads, kWideCtaVecs>(&kept, &plain);
+        if (err != cudaSuccess) return err;
+        plan->params_once = kept > 0 && (forced == ClusterKind::kParams || kept >= plain);
       }
     }
     constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
@@ -380,8 +455,18 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
 }
 
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
-cudaError_t LaunchCtaRow(const Args& a, const Op& op, cudaStream_t stream) {
+cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
+  if constexpr (CtaParamsExist<Op, Args, kThreads, kVecs>()) {
+    if (plan.params_once) {
+      bool launched = false;
+      const cudaError_t err = LaunchPersistent<CtaParamKernel<Op, Args, kThreads, kVecs>,
+                                               CtaParamSmem<Op, Args, kThreads, kVecs>()>(
+          a.rows, kThreads, stream, &launched, a, op);
+      if (err != cudaSuccess || launched) return err;
+    }
+  }
+  if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
   if constexpr (RowStages<Op, Args, kThreads, kVecs>() > 0) {
     bool launched = false;
     const cudaError_t err =
@@ -420,15 +505,15 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         break;
       case RowTier::kCta:
         switch (plan.threads) {
-          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, stream);
-          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, stream);
+          case 128: return LaunchCtaRow<Op, Args, 128>(a, op, plan, stream);
+          case 256: return LaunchCtaRow<Op, Args, 256>(a, op, plan, stream);
           case 512:
             if constexpr (OpTraits<Op>::kWideCluster) {
               if (plan.packs == kWideCtaVecs) {
-                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, stream);
+                return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, plan, stream);
               }
             }
-            return LaunchCtaRow<Op, Args, 512>(a, op, stream);
+            return LaunchCtaRow<Op, Args, 512>(a, op, plan, stream);
         }
         break;
       case RowTier::kCluster:

@@ -54,6 +54,9 @@ enum class ClusterKind { kRegisters, kShared, kParams };
 // ROWNORM_CLUSTER_ROWS=registers|shared|params (read at every plan, like ROWNORM_PLAN_AS_N)
 // runs the cluster tier on that kernel where it exists for the op and fits the device, on the
 // register one elsewhere: every path testable on a Hopper, and the A/B of them in one build.
+// The wide CTA's forwards with parameters follow it too: `params` keeps them per CTA where that
+// kernel fits (CtaParamRowKernel), `registers` and `shared` read them in every row
+// (CtaRowKernel; the CTA tier has no shared-memory rows).
 // Unset or empty: PlanRowOp's choice; any other value too, said once on stderr (a measuring
 // tool's knob, read below the op's argument checks).
 inline std::optional<ClusterKind> ForcedClusterKind() {
@@ -87,8 +90,9 @@ struct RowPlan {
   int cluster = 0;  // kCluster: CTAs per row
   int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
   int stages = 0;   // rows in flight ahead of the current one (set by the launcher's planning)
-  bool params_once = false;  // the parameters read once per CTA: the cluster tier's forwards
-                             // (the launcher's choice), SliceRowSumsKernel (PlanFusedSums)
+  bool params_once = false;  // the parameters read once per CTA: the CTA and cluster tiers'
+                             // forwards (the launcher's choice), SliceRowSumsKernel
+                             // (PlanFusedSums)
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
