@@ -193,6 +193,30 @@ def test_param_dtypes(device, op_id):
                 assert got[p].dtype == p_dtype
 
 
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_layer_norm_mixed_param_dtypes(device, x_dtype):
+    """A weight and a bias of different dtypes (the forward runs both in float32), and a
+    float32 bias alone: every gradient in its parameter's dtype and, through autograd, not
+    rounded to the 16-bit one's first (the backward op returns dbias in the dtype it reads off
+    the weight, so autograd passes the weight in float32 here); the raw backward's dtypes are
+    rownorm._checks.param_grad_dtype's."""
+    x = scaled_rows(7, 1025, x_dtype, device)
+    affine = OPS["layer_norm_affine"]
+    cases = [
+        (affine, {"weight": x_dtype, "bias": torch.float32}),
+        (affine, {"weight": torch.float32, "bias": x_dtype}),
+        (dataclasses.replace(affine, params=("bias",)), {"bias": torch.float32}),
+    ]
+    for op, dtypes in cases:
+        inp = op.inputs(x, -1)
+        for name, dt in dtypes.items():
+            inp[name] = inp[name].to(dt)
+        what = ", ".join(f"{dtype_id(dt)} {name}" for name, dt in dtypes.items())
+        _, _, got = check_backward(raw_case(op, x), inp, -1, what=what)
+        for name, dt in dtypes.items():
+            assert got[name].dtype == dt, f"{what}: d{name} is {got[name].dtype}"
+
+
 def test_layer_norm_one_param(device):
     """layer_norm with a weight only or a bias only, on rows and a strided dim."""
     for params in (("weight",), ("bias",)):

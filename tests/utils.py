@@ -70,8 +70,10 @@ def raw_case(op: OpInfo, x: torch.Tensor) -> OpInfo:
 
 
 def param_grad_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype of the backward ops' parameter gradients: the kernels' accumulator."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+    """The dtype of the backward ops' parameter gradients for parameters of x's dtype (what
+    ``op.inputs`` makes by default): x's, written by the kernels' finalize (mixed parameter
+    dtypes: test_correctness.test_layer_norm_mixed_param_dtypes)."""
+    return x.dtype
 
 
 def poison_blocks(blocks, device) -> set[int]:

@@ -131,6 +131,21 @@ def _acc_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float32 if x.device.type == "cuda" and x.dtype != torch.float64 else torch.float64
 
 
+def param_grad_dtype(
+    x: torch.Tensor, weight: torch.Tensor | None, *, bias_grad_op: bool = False
+) -> torch.dtype:
+    """The dtype a ``*_backward`` op returns its parameter gradients in (src/bindings/rowwise.h,
+    ParamGradDtype): the dtype the parameters run in, x's where the weight is x's dtype or
+    absent, else float32 for 16-bit x (x's dtype for float32 / float64 x). Where the op cannot
+    see the parameter it differentiates (``bias_grad_op``, layer_norm's, without a weight: the
+    bias's dtype is unknown to it), float32 (float64 for float64 x)."""
+    if weight is None and bias_grad_op:
+        return torch.float64 if x.dtype == torch.float64 else torch.float32
+    if weight is None or weight.dtype == x.dtype:
+        return x.dtype
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
 def row_stats_shape(x: torch.Tensor, dim: int) -> tuple[int, ...]:
     """The shape of a forward's per-row statistics over x's (wrapped) dim: x's, with 2 along
     dim."""

@@ -6,9 +6,10 @@ real kernels, and the C++ checks with the C++ messages) and makes them different
 backward calls another registered op).
 
 Every forward output and every ``dx`` is a new contiguous tensor of x's shape and dtype.
-Parameter gradients (``dweight``, ``dbias``) come back from the backward ops in float32
-(float64 for float64 x) with shape ``(x.size(dim),)``, or of shape ``(0,)`` when not requested;
-the autograd formulas cast them to the parameter's dtype.
+Parameter gradients (``dweight``, ``dbias``) come back from the backward ops with shape
+``(x.size(dim),)``, or ``(0,)`` when not requested, in the dtype the parameters run in
+(:func:`rownorm._checks.param_grad_dtype`: the weight's as a rule, which the kernels write as
+they finish the column sums); the autograd formulas cast where a parameter's dtype differs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rownorm._checks import (
     check_weight_offset,
     dtype_name,
     new_row_stats,
+    param_grad_dtype,
     resolve_eps,
 )
 
@@ -37,15 +39,14 @@ def _new_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _param_grad(x: torch.Tensor, dim: int, wanted: bool) -> torch.Tensor:
-    """A backward op's parameter gradient: ``(x.size(dim),)`` when wanted, else ``(0,)``; in
-    float32, or float64 for float64 x (the kernels' accumulator, kept for gradcheck)."""
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+def _param_grad(x: torch.Tensor, dim: int, wanted: bool, dtype: torch.dtype) -> torch.Tensor:
+    """A backward op's parameter gradient: ``(x.size(dim),)`` when wanted, else ``(0,)``."""
     return torch.empty((x.shape[dim] if wanted else 0,), dtype=dtype, device=x.device)
 
 
 def _cast_param_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A float32 (float64) parameter gradient in the parameter's dtype."""
+    """A backward op's parameter gradient in the parameter's dtype (a cast only where the
+    parameters ran in another dtype: mixed parameter dtypes, a 16-bit weight of float32 x)."""
     return g if g.dtype == dtype else g.to(dtype)
 
 
@@ -193,7 +194,10 @@ def _fake(name: str):
         for option in options:
             _OPTIONS[option](name, a)
         outs = [new_row_stats(x, dim) if stats else _new_like(x) for stats in row_outputs]
-        outs += [_param_grad(x, dim, a[flag]) for flag in flags]
+        grad_dtype = param_grad_dtype(
+            x, a.get("weight"), bias_grad_op="bias_grad" in flags
+        )
+        outs += [_param_grad(x, dim, a[flag], grad_dtype) for flag in flags]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return fake
@@ -567,8 +571,14 @@ def _layer_norm_backward(ctx, grad: torch.Tensor, _grad_stats=None):
     need_x, need_w, need_b = _needs_input_grad(ctx, 3)
     grad_x = grad_w = grad_b = None
     if need_x or need_w or need_b:
+        # The op returns dbias in the dtype the parameters run in, which it reads off the
+        # weight: where the bias has another dtype, the forward ran them in float32 (16-bit x),
+        # so the backward gets a float32 weight too and dbias is not rounded to the weight's.
+        w = weight
+        if weight is not None and ctx.bias_dtype not in (None, weight.dtype):
+            w = weight.float()
         dx, dw, db = torch.ops.rownorm.layer_norm_backward(
-            grad, x, stats, weight, ctx.dim, need_w, need_b
+            grad, x, stats, w, ctx.dim, need_w, need_b
         )
         grad_x = dx if need_x else None
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None

@@ -47,8 +47,11 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x, Tens
   const ScalarType pt = ParamDtype(x, {weight});
   const std::optional<Tensor> w = ParamAs(weight, pt);
   const Problem<2> p = MakeProblem<2>({x, grad}, dim);
+  // With a weight, dbias comes back in the weight's dtype too (the autograd formula passes
+  // the weight in float32 where the bias is float32 and the weight 16-bit); without one, the
+  // bias's dtype is not known here: float32.
   const std::array<Tensor, 2> g = RowNormGrads<true>(
-      kOp, p, dx, pt, weight_grad, bias_grad,
+      kOp, p, dx, pt, ParamGradDtype(x, pt, weight.has_value()), weight_grad, bias_grad,
       [&](auto tag, auto wtag, auto acc, auto*) {
         using Acc = decltype(acc);
         using W = decltype(wtag);

@@ -5,8 +5,10 @@
 // Backward ops take what the forward saved (x, or the output y for softmax / log_softmax) and
 // recompute the per-row statistics in the same pass that reads the gradient; layer_norm's
 // reads the (mean, rstd) its forward saved (layer_norm_with_stats). Parameter
-// gradients are float32 of shape (N,), or of shape (0,) when not requested; the autograd
-// formula casts them to the parameter's dtype.
+// gradients have shape (N,), or (0,) when not requested, and the dtype the parameters run in
+// (the weight's; float32 for a 16-bit x with a float32 weight; layer_norm's dbias without a
+// weight: float32, float64 for float64 x), written by the kernels as they finish the sums; the
+// autograd formula casts where the parameter's dtype differs.
 #include <torch/csrc/stable/library.h>
 
 STABLE_TORCH_LIBRARY(rownorm, m) {

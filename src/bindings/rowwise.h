@@ -330,13 +330,41 @@ inline Tensor RowStatsOf(const char* op, const char* name, const Tensor& stats, 
   return laid;
 }
 
+// The dtype a backward op returns its parameter gradients in: the dtype the parameters run in
+// (ParamDtype: the weight's, or float32 for a 16-bit x with parameters of mixed dtypes), which
+// the finalize writes directly; float32 (float64 for float64 x) where the op does not see every
+// parameter it differentiates (layer_norm's bias without a weight).
+inline ScalarType ParamGradDtype(const Tensor& x, ScalarType param_dtype, bool params_known) {
+  if (params_known) return param_dtype;
+  return x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+}
+
+// f(ParamGradOut<G>) over the requested ones of dw / db, G the C++ type of their dtype: W (the
+// parameters' type) or Acc (the accumulator).
+template <typename W, typename Acc, class F>
+void WithParamGradOut(const Tensor& dw, const Tensor& db, bool want_w, bool want_b, F f) {
+  auto out = [&](auto tag) {
+    using G = decltype(tag);
+    return ParamGradOut<G>{want_w ? MutPtr<G>(dw) : nullptr, want_b ? MutPtr<G>(db) : nullptr};
+  };
+  if (dw.scalar_type() == DtypeOf<W>()) {
+    f(out(W{}));
+  } else {
+    ROWNORM_CHECK(dw.scalar_type() == DtypeOf<Acc>(), "internal error: parameter gradients in ",
+                  DtypeName(dw.scalar_type()), ", neither ", DtypeName(DtypeOf<W>()), " nor ",
+                  DtypeName(DtypeOf<Acc>()));
+    f(out(Acc{}));
+  }
+}
+
 // The fused path of parameter gradients (CUDA, row tiers): runs `op` (float accumulation, no
-// saved statistics) with column sums, writing dx; returns {dweight, dbias} (float32, (d,) or
-// (0,) when not requested), or nothing where the path does not apply (then nothing ran).
-template <class Op, int kIn>
+// saved statistics) with column sums, writing dx; returns {dweight, dbias} in `grad_dtype` (the
+// parameters' W or float32; (d,), or (0,) when not requested), or nothing where the path does
+// not apply (then nothing ran).
+template <typename W, class Op, int kIn>
 std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
                                                      const Tensor& dx, const Op& op, bool want_w,
-                                                     bool want_b) {
+                                                     bool want_b, ScalarType grad_dtype) {
   if (!p.cuda || !p.row_tiers) return std::nullopt;
   const RowArgsFor<Op> a = RowArgsOf<typename Op::Elem, OpOutElem<Op>>(p, {dx});
   std::optional<FusedSumPlan> plan;
@@ -347,30 +375,30 @@ std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Pro
   const int64_t sums = OpTraits<Op>::kColumnSums * plan->chunks * p.d;
   Tensor partial = torch::stable::new_empty(
       dx, {sums + ParamGradFinalizeScratch(plan->chunks, p.d)}, ScalarType::Float);
-  Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, ScalarType::Float);
-  Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, ScalarType::Float);
+  Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, grad_dtype);
+  Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, grad_dtype);
   const cudaStream_t stream = CurrentCudaStream(dx);
   CheckLaunch(name, LaunchRowsWithSums(a, op, *plan, MutPtr<float>(partial), stream));
-  CheckLaunch(name, ParamGradFinalize<float>(ConstPtr<float>(partial), plan->chunks, p.d,
-                                             want_w ? MutPtr<float>(dw) : nullptr,
-                                             want_b ? MutPtr<float>(db) : nullptr,
-                                             MutPtr<float>(partial) + sums, stream));
+  WithParamGradOut<W, float>(dw, db, want_w, want_b, [&](auto out) {
+    CheckLaunch(name, ParamGradFinalize(ConstPtr<float>(partial), plan->chunks, p.d, out,
+                                        MutPtr<float>(partial) + sums, stream));
+  });
   return std::array<Tensor, 2>{dw, db};
 }
 
 // Parameter gradients dweight / dbias (each requested one of shape (d,)) from x = p.in[0],
-// dy = p.in[1] and the saved statistics, in float32 (float64 for float64 x). Unrequested ones
-// are of shape (0,); a problem without rows gives zeros.
-template <typename T, int kIn>
+// dy = p.in[1] and the saved statistics, in `grad_dtype` (ParamGradDtype; W is the
+// parameters' type). Unrequested ones are of shape (0,); a problem without rows gives zeros.
+template <typename T, typename W, int kIn>
 std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const Tensor& stats,
-                                 bool want_w, bool want_b) {
+                                 bool want_w, bool want_b, ScalarType grad_dtype) {
   static_assert(kIn >= 2, "x and dy are operands 0 and 1");
   const Tensor& x = p.in[0];
-  const ScalarType out_dtype =
-      x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const ScalarType acc = AccDtype(x);
-  Tensor dw = torch::stable::new_empty(x, {want_w ? p.d : 0}, acc);
-  Tensor db = torch::stable::new_empty(x, {want_b ? p.d : 0}, acc);
+  // CUDA: the finalize writes grad_dtype; the CPU sums in double and casts.
+  const ScalarType sums_dtype = p.cuda ? grad_dtype : acc;
+  Tensor dw = torch::stable::new_empty(x, {want_w ? p.d : 0}, sums_dtype);
+  Tensor db = torch::stable::new_empty(x, {want_b ? p.d : 0}, sums_dtype);
   if (want_w || want_b) {
     auto fill = [&](auto acc_tag) {
       using Acc = decltype(acc_tag);
@@ -385,17 +413,22 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
       a.outer = p.outer;
       a.d = p.d;
       a.inner = p.inner;
-      a.dweight = want_w ? static_cast<Acc*>(dw.data_ptr()) : nullptr;
-      a.dbias = want_b ? static_cast<Acc*>(db.data_ptr()) : nullptr;
+      a.weight = want_w;
+      a.bias = want_b;
       if (!p.cuda) {
+        const ParamGradOut<Acc> out{want_w ? MutPtr<Acc>(dw) : nullptr,
+                                    want_b ? MutPtr<Acc>(db) : nullptr};
         // Columns split like rows: each column sums outer * inner rows' terms.
-        ParallelRows(p.d, p.outer * p.inner,
-                     [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, begin, end); });
+        ParallelRows(p.d, p.outer * p.inner, [&](int64_t begin, int64_t end) {
+          ParamGradCpu<T, Acc>(a, out, begin, end);
+        });
       } else if constexpr (std::is_same_v<Acc, AccType<T>>) {
         const int64_t scratch = ParamGradScratch(p.outer * p.inner, p.d);
         Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, scratch)}, acc);
-        CheckLaunch(name, ParamGrad<T, Acc>(a, static_cast<Acc*>(partial.data_ptr()),
-                                            CurrentCudaStream(x)));
+        WithParamGradOut<W, Acc>(dw, db, want_w, want_b, [&](auto out) {
+          CheckLaunch(name, ParamGrad<T, Acc>(a, out, static_cast<Acc*>(partial.data_ptr()),
+                                              CurrentCudaStream(x)));
+        });
       } else {
         // AccDtype gives CUDA tensors AccType<T>; only the CPU accumulates in double.
         ROWNORM_CHECK(false, name, ": internal error: no CUDA parameter-gradient kernel for ",
@@ -408,16 +441,16 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
       fill(float{});
     }
   }
-  if (acc != out_dtype) {
-    dw = torch::stable::to(dw, out_dtype);
-    db = torch::stable::to(db, out_dtype);
+  if (sums_dtype != grad_dtype) {
+    dw = torch::stable::to(dw, grad_dtype);
+    db = torch::stable::to(db, grad_dtype);
   }
   return {dw, db};
 }
 
 // The backward of a normalization with per-column parameters (rms_norm, add_rms_norm,
 // layer_norm): writes dx (a new tensor of x's shape) and returns {dweight, dbias} as
-// ParamGrads does. Where a parameter gradient is wanted and PlanRowsWithSums plans the fused
+// ParamGrads does, in `grad_dtype` (ParamGradDtype). Where a parameter gradient is wanted and PlanRowsWithSums plans the fused
 // path, one pass writes dx and the column sums; otherwise the backward op saves per-row
 // statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{}, Acc{}, stats)` returns
 // the backward op for element type T, parameter type W and accumulator Acc, saving its
@@ -427,7 +460,8 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
 // then the two-pass path reads them too and `make` is given nullptr.
 template <bool kStrided, int kIn, class MakeOp>
 std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, const Tensor& dx,
-                                   ScalarType param_dtype, bool want_w, bool want_b, MakeOp make,
+                                   ScalarType param_dtype, ScalarType grad_dtype, bool want_w,
+                                   bool want_b, MakeOp make,
                                    const std::optional<Tensor>& saved = std::nullopt) {
   const Tensor& x = p.in[0];
   const bool empty = x.numel() == 0;
@@ -438,7 +472,7 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
       if constexpr (!std::is_same_v<T, double>) {  // float64 has no fused path
         DispatchParam<T>(param_dtype, [&](auto wtag) {
           const auto op = make(tag, wtag, float{}, static_cast<float*>(nullptr));
-          grads = FusedParamGrads(name, p, dx, op, want_w, want_b);
+          grads = FusedParamGrads<decltype(wtag)>(name, p, dx, op, want_w, want_b, grad_dtype);
         });
       }
     });
@@ -459,7 +493,10 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
   }
   std::array<Tensor, 2> grads;
   DispatchFloating(x.scalar_type(), [&](auto tag) {
-    grads = ParamGrads<decltype(tag)>(name, p, stats, want_w, want_b);
+    using T = decltype(tag);
+    DispatchParam<T>(param_dtype, [&](auto wtag) {
+      grads = ParamGrads<T, decltype(wtag)>(name, p, stats, want_w, want_b, grad_dtype);
+    });
   });
   return grads;
 }
@@ -574,7 +611,8 @@ std::array<Tensor, 3> RunParamGrads(const char* name, const Tensor (&ins)[kIn], 
   const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
   const Problem<kIn> p = MakeProblem(ins, dim);
   const std::array<Tensor, 2> grads = RowNormGrads<kStrided>(
-      name, p, dx, pt, want_w, want_b, [&](auto tag, auto wtag, auto acc, auto* stats) {
+      name, p, dx, pt, ParamGradDtype(x, pt, true), want_w, want_b,
+      [&](auto tag, auto wtag, auto acc, auto* stats) {
         using Acc = decltype(acc);
         return WithParams<Op<decltype(tag), Acc, decltype(wtag)>, decltype(wtag)>(
             static_cast<Acc>(eps), w, std::make_index_sequence<1>{}, OpScalar<Acc>(scalars)...,

@@ -26,11 +26,11 @@ __global__ void __launch_bounds__(kTx* kTy)
       for (int64_t j = c * kParamGradChunkRows + threadIdx.y; j < end; j += kTy) {
         const int64_t o = j / a.inner;
         const int64_t i = j - o * a.inner;
-        const Acc x = a.dweight != nullptr
+        const Acc x = a.weight
                           ? ToAcc(a.x[o * a.x_stride[0] + d * a.x_stride[1] + i * a.x_stride[2]])
                           : Acc(0);
         const Acc g = ToAcc(a.dy[o * a.dy_stride[0] + d * a.dy_stride[1] + i * a.dy_stride[2]]);
-        if (a.dweight != nullptr) w += g * (x - a.stats[2 * j]) * a.stats[2 * j + 1];
+        if (a.weight) w += g * (x - a.stats[2 * j]) * a.stats[2 * j + 1];
         b += g;
       }
     }
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kTx* kTy)
   __shared__ Acc sums[2][kTy][kTx * kV];
   const int64_t rows = a.outer;
   const int64_t d0 = (static_cast<int64_t>(blockIdx.x) * kTx + threadIdx.x) * kV;
-  const bool want_w = a.dweight != nullptr;
+  const bool want_w = a.weight;
   for (int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
     Acc w[kV] = {};
     Acc b[kV] = {};
@@ -98,58 +98,89 @@ __global__ void __launch_bounds__(kTx* kTy)
   }
 }
 
-// One level of the finalize's tree, for each requested sum z (blockIdx.z): out[z][s][d] =
+// One level of the finalize's tree, for each requested sum (blockIdx.z): out[z][s][d] =
 // Σ in[z][r][d] over the rows r of block s, [s·kFinalizeFan, (s+1)·kFinalizeFan) ∩ [0, rows),
-// added in order. A thread owns one column of one block: its loads are issued together, then
-// added in order, so the tree and the sums do not depend on the launch shape.
-template <typename Acc>
+// rounded once to Out (the parameters' type on the last level, Acc on the inner ones). A block
+// is kFinalizeSubs sub-blocks of kFinalizeBatch rows: thread (column, sub-block) adds its rows
+// in order, its loads all issued ahead of the adds, and the column's first thread adds the
+// sub-blocks' sums in order. The sums depend on neither the launch shape nor the GPU.
+template <typename Acc, typename Out>
 struct FinalizeLevel {
   const Acc* in[2];  // [rows][n] per sum, nullptr for a sum not requested
-  Acc* out[2];       // [ceil(rows / kFinalizeFan)][n]
+  Out* out[2];       // [ceil(rows / kFinalizeFan)][n]
   int64_t rows;
   int64_t n;
 };
 
-constexpr int kFinalizeThreads = 256;
+constexpr int kFinalizeSubs = kFinalizeFan / kFinalizeBatch;
+constexpr int kFinalizeCols = 64;  // columns per CTA (of kFinalizeCols x kFinalizeSubs threads)
 
-template <typename Acc>
-__global__ void __launch_bounds__(kFinalizeThreads)
-    ParamGradFinalizeKernel(const FinalizeLevel<Acc> t) {
-  const Acc* in = blockIdx.z == 0 ? t.in[0] : t.in[1];  // no dynamic index into the params
-  Acc* out = blockIdx.z == 0 ? t.out[0] : t.out[1];
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kFinalizeThreads + threadIdx.x;
-  if (in == nullptr || d >= t.n) return;
+template <typename Acc, typename Out>
+__global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
+    ParamGradFinalizeKernel(const FinalizeLevel<Acc, Out> t) {
+  __shared__ Acc subs[kFinalizeSubs][kFinalizeCols];
+  // z counts the requested sums: sum 1 alone runs as z = 0. No dynamic index into the params.
+  const bool second = blockIdx.z == 1 || t.in[0] == nullptr;
+  const Acc* in = second ? t.in[1] : t.in[0];
+  Out* out = second ? t.out[1] : t.out[0];
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kFinalizeCols + threadIdx.x;
   const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
   for (int64_t s = blockIdx.y; s < blocks; s += gridDim.y) {
     const int64_t first = s * kFinalizeFan;
     const int count = static_cast<int>(min(int64_t{kFinalizeFan}, t.rows - first));
-    const Acc* p = in + first * t.n + d;
-    // Every load unconditional (a short last block re-reads its last row), so that all are
-    // issued before the first add: a load under `k < count` was issued after the add before it.
-    Acc v[kFinalizeFan];
+    const int sub_first = threadIdx.y * kFinalizeBatch;
+    const int sub_count = min(kFinalizeBatch, count - sub_first);  // <= 0: past the block
+    if (d < t.n && sub_count > 0) {
+      const Acc* p = in + (first + sub_first) * t.n + d;
+      // Every load unconditional (a short sub-block re-reads its last row), so that all are
+      // issued before the first add: a load under `k < count` was issued after the add before
+      // it.
+      Acc v[kFinalizeBatch];
 #pragma unroll
-    for (int k = 0; k < kFinalizeFan; ++k) v[k] = p[min(k, count - 1) * t.n];
-    Acc sum = v[0];
+      for (int k = 0; k < kFinalizeBatch; ++k) v[k] = p[min(k, sub_count - 1) * t.n];
+      Acc sum = v[0];
 #pragma unroll
-    for (int k = 1; k < kFinalizeFan; ++k) {
-      if (k < count) sum += v[k];
+      for (int k = 1; k < kFinalizeBatch; ++k) {
+        if (k < sub_count) sum += v[k];
+      }
+      subs[threadIdx.y][threadIdx.x] = sum;
     }
-    out[s * t.n + d] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && d < t.n) {
+      Acc sum = subs[0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < kFinalizeSubs; ++y) {
+        if (y * kFinalizeBatch < count) sum += subs[y][threadIdx.x];
+      }
+      out[s * t.n + d] = FromAcc<Out>(sum);
+    }
+    __syncthreads();
   }
+}
+
+template <typename Acc, typename Out>
+cudaError_t LaunchFinalizeLevel(const FinalizeLevel<Acc, Out>& t, cudaStream_t stream) {
+  const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+  const unsigned sums = (t.in[0] != nullptr) + (t.in[1] != nullptr);
+  const dim3 grid(GridFor((t.n + kFinalizeCols - 1) / kFinalizeCols),
+                  GridFor(std::min<int64_t>(blocks, 65535)), sums);
+  ParamGradFinalizeKernel<Acc, Out><<<grid, dim3(kFinalizeCols, kFinalizeSubs), 0, stream>>>(t);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
-template <typename T, typename Acc>
-cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t stream) {
+template <typename T, typename Acc, typename W>
+cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, ParamGradOut<W> out, Acc* partial,
+                      cudaStream_t stream) {
   if (a.d == 0) return cudaSuccess;
   const int64_t rows = a.outer * a.inner;
   const int64_t chunks = ParamGradChunks(rows);
   if (chunks == 0) {  // no rows: the gradients are zero
     cudaError_t err = cudaSuccess;
-    if (a.dweight != nullptr) err = cudaMemsetAsync(a.dweight, 0, a.d * sizeof(Acc), stream);
-    if (err == cudaSuccess && a.dbias != nullptr) {
-      err = cudaMemsetAsync(a.dbias, 0, a.d * sizeof(Acc), stream);
+    if (out.dweight != nullptr) err = cudaMemsetAsync(out.dweight, 0, a.d * sizeof(W), stream);
+    if (err == cudaSuccess && out.dbias != nullptr) {
+      err = cudaMemsetAsync(out.dbias, 0, a.d * sizeof(W), stream);
     }
     return err;
   }
@@ -171,47 +202,47 @@ cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, Acc* partial, cudaStream_t
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  return ParamGradFinalize<Acc>(partial, chunks, a.d, a.dweight, a.dbias,
-                                partial + 2 * chunks * a.d, stream);
+  return ParamGradFinalize<Acc, W>(partial, chunks, a.d, out, partial + 2 * chunks * a.d, stream);
 }
 
-template <typename Acc>
-cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
-                              Acc* dbias, Acc* scratch, cudaStream_t stream) {
-  if (n == 0 || (dweight == nullptr && dbias == nullptr)) return cudaSuccess;
-  FinalizeLevel<Acc> t{
-      {dweight != nullptr ? partial : nullptr, dbias != nullptr ? partial + chunks * n : nullptr},
-      {},
-      chunks,
-      n};
-  for (;;) {
-    const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
-    if (blocks == 1) {
-      t.out[0] = dweight;
-      t.out[1] = dbias;
-    } else {
-      t.out[0] = scratch;
-      t.out[1] = scratch + blocks * n;
-      scratch += 2 * blocks * n;
+template <typename Acc, typename W>
+cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, ParamGradOut<W> out,
+                              Acc* scratch, cudaStream_t stream) {
+  if (n == 0 || (out.dweight == nullptr && out.dbias == nullptr)) return cudaSuccess;
+  const Acc* in[2] = {out.dweight != nullptr ? partial : nullptr,
+                      out.dbias != nullptr ? partial + chunks * n : nullptr};
+  // The inner levels (Acc, in scratch), while a level leaves more than one row per column.
+  int64_t rows = chunks;
+  for (int64_t blocks = (rows + kFinalizeFan - 1) / kFinalizeFan; blocks > 1;
+       blocks = (rows + kFinalizeFan - 1) / kFinalizeFan) {
+    FinalizeLevel<Acc, Acc> t{{in[0], in[1]}, {}, rows, n};
+    for (int z = 0; z < 2; ++z) {
+      t.out[z] = in[z] != nullptr ? scratch + z * blocks * n : nullptr;
     }
-    const dim3 grid(GridFor((n + kFinalizeThreads - 1) / kFinalizeThreads),
-                    GridFor(std::min<int64_t>(blocks, 65535)), 2);
-    ParamGradFinalizeKernel<Acc><<<grid, kFinalizeThreads, 0, stream>>>(t);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || blocks == 1) return err;
-    for (int z = 0; z < 2; ++z) t.in[z] = t.in[z] != nullptr ? t.out[z] : nullptr;
-    t.rows = blocks;
+    scratch += 2 * blocks * n;
+    const cudaError_t err = LaunchFinalizeLevel(t, stream);
+    if (err != cudaSuccess) return err;
+    for (int z = 0; z < 2; ++z) in[z] = t.out[z];
+    rows = blocks;
   }
+  return LaunchFinalizeLevel(FinalizeLevel<Acc, W>{{in[0], in[1]}, {out.dweight, out.dbias}, rows, n},
+                             stream);
 }
-template cudaError_t ParamGradFinalize<float>(const float*, int64_t, int64_t, float*, float*,
-                                              float*, cudaStream_t);
-template cudaError_t ParamGradFinalize<double>(const double*, int64_t, int64_t, double*, double*,
-                                               double*, cudaStream_t);
 
-#define ROWNORM_INSTANTIATE(T)                                                                    \
-  template cudaError_t ParamGrad<T, AccType<T>>(const ParamGradArgs<T, AccType<T>>&, AccType<T>*, \
-                                                cudaStream_t);
-ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
+template cudaError_t ParamGradFinalize<float, float>(const float*, int64_t, int64_t,
+                                                     ParamGradOut<float>, float*, cudaStream_t);
+template cudaError_t ParamGradFinalize<float, __half>(const float*, int64_t, int64_t,
+                                                      ParamGradOut<__half>, float*, cudaStream_t);
+template cudaError_t ParamGradFinalize<float, __nv_bfloat16>(const float*, int64_t, int64_t,
+                                                             ParamGradOut<__nv_bfloat16>, float*,
+                                                             cudaStream_t);
+template cudaError_t ParamGradFinalize<double, double>(const double*, int64_t, int64_t,
+                                                       ParamGradOut<double>, double*, cudaStream_t);
+
+#define ROWNORM_INSTANTIATE(T, W)                                                      \
+  template cudaError_t ParamGrad<T, AccType<T>, W>(const ParamGradArgs<T, AccType<T>>&, \
+                                                   ParamGradOut<W>, AccType<T>*, cudaStream_t);
+ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 
 }  // namespace rownorm

@@ -29,20 +29,32 @@ struct ParamGradArgs {
   int64_t outer;
   int64_t d;
   int64_t inner;
-  Acc* dweight;  // (d,) or nullptr
-  Acc* dbias;    // (d,) or nullptr
+  bool weight;  // dweight requested
+  bool bias;    // dbias requested
+};
+
+// Where the finalize writes dweight / dbias, (d,) each (nullptr: not requested), in the type W
+// the parameters have (float32 / float64 for the CPU rows, which cast afterwards): the last
+// level of the tree rounds its float sums to W, so no cast kernel runs after it.
+template <typename W>
+struct ParamGradOut {
+  W* dweight;
+  W* dbias;
 };
 
 inline int64_t ParamGradChunks(int64_t rows) {
   return (rows + kParamGradChunkRows - 1) / kParamGradChunkRows;
 }
 
-// The finalize's tree: each level adds blocks of kFinalizeFan consecutive rows of partials in
-// order (a thread per column and block, all kFinalizeFan loads in flight), until one row is
-// left. A thread per column walking every chunk in turn was latency-bound: 38 µs for the
-// 32 MB of partials of a bf16 rms_norm backward at 2^27 elements on the H100, 7% of the step
-// (benchmarks/results/h100/NOTES.md §16).
-constexpr int kFinalizeFan = 64;
+// The finalize's tree: each level adds blocks of kFinalizeFan consecutive rows of partials, as
+// kFinalizeFan / kFinalizeBatch sub-blocks each added in order by one thread per column (its
+// loads all in flight), their sums then added in order, until one row is left. A thread per
+// column walking every chunk in turn was latency-bound: 38 µs for the 32 MB of partials of a
+// bf16 rms_norm backward at 2^27 elements on the H100, 7% of the step
+// (benchmarks/results/h100/NOTES.md §16). One level is one launch: blocks of 256 take the CTA
+// tier's 256 or fewer chunks in one (§32), with the sums of the two launches of 64-row blocks.
+constexpr int kFinalizeFan = 256;
+constexpr int kFinalizeBatch = 64;
 
 // Elements of scratch the finalize needs for `chunks` partial rows of `n` columns: its inner
 // levels, two sums each (none when one level suffices).
@@ -61,20 +73,23 @@ inline int64_t ParamGradScratch(int64_t rows, int64_t d) {
   return 2 * chunks * d + ParamGradFinalizeScratch(chunks, d);
 }
 
-template <typename T, typename Acc>
-cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& args, Acc* partial, cudaStream_t stream);
+// dweight / dbias of the rows of `args` into `out`; `partial` holds ParamGradScratch elements.
+template <typename T, typename Acc, typename W>
+cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& args, ParamGradOut<W> out, Acc* partial,
+                      cudaStream_t stream);
 
 // dweight[d] = Σ_c partial[c][d], dbias[d] = Σ_c partial[chunks + c][d], the chunks c added in
-// the finalize's fixed tree (either output may be nullptr; `scratch` holds
-// ParamGradFinalizeScratch(chunks, n) elements): the last step of ParamGrad and of the fused
-// column-sum path.
-template <typename Acc>
-cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Acc* dweight,
-                              Acc* dbias, Acc* scratch, cudaStream_t stream);
+// the finalize's fixed tree and the sums rounded once to W (either output may be nullptr;
+// `scratch` holds ParamGradFinalizeScratch(chunks, n) elements): the last step of ParamGrad and
+// of the fused column-sum path.
+template <typename Acc, typename W>
+cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, ParamGradOut<W> out,
+                              Acc* scratch, cudaStream_t stream);
 
 // The CPU version: columns [begin, end) of dweight / dbias, rows summed in order in double.
 template <typename T, typename Acc>
-void ParamGradCpu(const ParamGradArgs<T, Acc>& a, int64_t begin, int64_t end) {
+void ParamGradCpu(const ParamGradArgs<T, Acc>& a, ParamGradOut<Acc> out, int64_t begin,
+                  int64_t end) {
   for (int64_t d = begin; d < end; ++d) {
     double w = 0;
     double b = 0;
@@ -82,7 +97,7 @@ void ParamGradCpu(const ParamGradArgs<T, Acc>& a, int64_t begin, int64_t end) {
       for (int64_t i = 0; i < a.inner; ++i) {
         const int64_t j = o * a.inner + i;
         const double g = ToAcc(a.dy[o * a.dy_stride[0] + d * a.dy_stride[1] + i * a.dy_stride[2]]);
-        if (a.dweight != nullptr) {
+        if (a.weight) {
           const double x = ToAcc(a.x[o * a.x_stride[0] + d * a.x_stride[1] + i * a.x_stride[2]]);
           w += g * (x - static_cast<double>(a.stats[2 * j])) *
                static_cast<double>(a.stats[2 * j + 1]);
@@ -90,8 +105,8 @@ void ParamGradCpu(const ParamGradArgs<T, Acc>& a, int64_t begin, int64_t end) {
         b += g;
       }
     }
-    if (a.dweight != nullptr) a.dweight[d] = static_cast<Acc>(w);
-    if (a.dbias != nullptr) a.dbias[d] = static_cast<Acc>(b);
+    if (out.dweight != nullptr) out.dweight[d] = static_cast<Acc>(w);
+    if (out.dbias != nullptr) out.dbias[d] = static_cast<Acc>(b);
   }
 }
 

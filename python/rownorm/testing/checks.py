@@ -10,6 +10,7 @@ import warnings
 
 import torch
 
+from rownorm._checks import param_grad_dtype
 from rownorm.testing.opinfo import ROW_INPUTS, TOL, OpInfo, Tol
 from rownorm.testing.samples import randn
 
@@ -189,7 +190,7 @@ def noisy_grads(op: OpInfo, inp, dim: int) -> tuple[str, ...]:
 
 def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = True):
     """Autograd's gradient of every input (of its dtype and shape) and, with ``raw``, the
-    ``*_backward`` op's (parameter gradients in the accumulator's dtype) against the
+    ``*_backward`` op's (parameter gradients in the dtype the parameters run in) against the
     reference (but the :func:`noisy_grads`). Returns (outputs, dys, autograd's gradients)."""
     outs, dys, got = autograd_grads(op, inp, dim)
     skip = noisy_grads(op, inp, dim)
@@ -203,9 +204,11 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
         want = frozenset(p for p in op.params if p in inp)
         detached = tuple(o.detach() for o in outs)
         got_raw = op.raw_backward(dys, inp, dim, detached, want)
-        acc = torch.float64 if inp["x"].dtype == torch.float64 else torch.float32
+        grad_dtype = param_grad_dtype(inp["x"], inp.get("weight"), bias_grad_op="bias" in inp)
         for name in want:
-            assert got_raw[name].dtype == acc, f"{op} {what} raw d{name}: {got_raw[name].dtype}"
+            assert got_raw[name].dtype == grad_dtype, (
+                f"{op} {what} raw d{name}: {got_raw[name].dtype}"
+            )
         compared = {k: v for k, v in got_raw.items() if k not in skip}
         check_grads(op, inp, dim, dys, compared, what=what + " raw backward", refs=refs)
     return outs, dys, got
