@@ -106,7 +106,8 @@ def test_poisoned_outputs(device, op_id):
                 continue
             inp = op.inputs(x, dim)
             case = raw_case(op, x)
-            ptrs = poison_blocks([(x.shape, x.dtype)] * (op.n_outputs + 1), device)
+            outs_like = [op.output_like(inp, i).dtype for i in range(op.n_outputs)]
+            ptrs = poison_blocks([(x.shape, dt) for dt in outs_like + [x.dtype]], device)
             outs = case.call(inp, dim)
             what = f"{op} {dtype_id(dtype)} {build.__name__}{args}"
             for i, (o, r) in enumerate(zip(outs, case.reference(inp, dim), strict=True)):
@@ -115,9 +116,10 @@ def test_poisoned_outputs(device, op_id):
                 assert not torch.isnan(o).any(), f"{what}: output {i} has unwritten elements"
                 assert_matches(o, r, magnitude=case.output_magnitude(inp, dim, r) if i == 0
                                else None, dim=dim, what=what)  # fmt: skip
-            dys = tuple(randn(o.shape, dtype, device) for o in outs)
+            dys = tuple(randn(o.shape, o.dtype, device) for o in outs)
             n = x.shape[dim]
-            poison_blocks([(x.shape, x.dtype)] * 2 + [((n,), param_grad_dtype(x))] * 3, device)
+            dx = outs_like[-1]  # x's dtype; add_rms_norm's d_r has r's
+            poison_blocks([(x.shape, dx)] * 2 + [((n,), param_grad_dtype(inp))] * 3, device)
             got = case.raw_backward(dys, inp, dim, outs, frozenset(op.params))
             for name, g in got.items():
                 assert not torch.isnan(g).any(), f"{what}: d{name} has unwritten elements"
@@ -141,14 +143,14 @@ def test_empty(device, op_id):
             case = raw_case(op, x)
             outs = case.raw(inp, dim)
             assert len(outs) == op.n_outputs
-            for o in outs:
-                assert_new_contiguous(o, x, f"{op} {shape}")
+            for i, o in enumerate(outs):
+                assert_new_contiguous(o, op.output_like(inp, i), f"{op} {shape}")
             dys = tuple(torch.empty_like(o) for o in outs)
             got = case.raw_backward(dys, inp, dim, outs, frozenset(op.params))
             assert_new_contiguous(got["x"], x, f"{op} {shape} dx")
             for name in op.params:
                 assert got[name].shape == (x.shape[dim],)
-                assert got[name].dtype == param_grad_dtype(x)
+                assert got[name].dtype == param_grad_dtype(inp)
                 assert torch.count_nonzero(got[name]) == 0, f"d{name} of no rows is not zero"
             leaves = {k: v.clone().requires_grad_(True) for k, v in inp.items()}
             sum(o.sum() for o in op.call(leaves, dim)).backward()
@@ -185,7 +187,7 @@ def test_param_dtypes(device, op_id):
             inp = op.inputs(x, dim, param_dtype=p_dtype)
             what = f"{dtype_id(x_dtype)} x, {dtype_id(p_dtype)} params, {tuple(x.shape)}"
             outs = check_forward(op, inp, dim, what=what, vs_torch=_vs_torch(op, inp, device))
-            assert all(o.dtype == x_dtype for o in outs)
+            assert all(o.dtype == op.output_like(inp, i).dtype for i, o in enumerate(outs))
             if p_dtype != torch.float32:
                 continue  # (a gradient in a parameter dtype finer than the accumulator's)
             _, _, got = check_backward(raw_case(op, x), inp, dim, what=what)

@@ -121,6 +121,12 @@ def forward_cases(op, device) -> list[tuple[str, object, dict, int, str]]:
              "residual must have x's dtype float32, got int64"),
         ):  # fmt: skip
             cases.append((f"residual {what}", op, {**good, "residual": t}, -1, re.escape(msg)))
+        # A 16-bit x's residual may also be float32 (the float32 residual stream), no other.
+        bf16 = op.inputs(_x(dtype=torch.bfloat16, device=device), -1)
+        msg = "residual must have x's dtype bfloat16 or float32 (a float32 residual stream), "
+        cases.append(("residual float16, bf16 x", op,
+                      {**bf16, "residual": _x(dtype=torch.float16, device=device)}, -1,
+                      re.escape(msg + "got float16")))  # fmt: skip
     if op.name in ("rms_norm", "add_rms_norm"):  # the keyword options of the RMSNorm ops
         mode = dataclasses.replace(op, options={"casting_mode": "fp32"})
         msg = "casting_mode must be 'once' or 'llama', got 'fp32'"
@@ -209,8 +215,9 @@ def backward_cases(op, device) -> list[tuple[str, object, tuple, str]]:
     for what, g, msg in (
         ("grad shape", _x((3, 5), device=device), r"shape \(3, 4\), got \(3, 5\)"),
         ("grad rank", _x((12,), device=device), r"shape \(3, 4\), got \(12,\)"),
-        ("grad dtype", _x(dtype=torch.float16, device=device),
-         r"dtype float32, got float16"),
+        # (not float16: add_rms_norm's float32 r takes a 16-bit grad, the residual stream)
+        ("grad dtype", _x(dtype=torch.float64, device=device),
+         r"dtype float32, got float64"),
     ):  # fmt: skip
         cases.append((what, case, args(d=(g, *dys[1:])), rf"grad must have {saved}'s " + msg))
 

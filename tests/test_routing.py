@@ -125,7 +125,7 @@ def test_grad_layouts(target, arity):
                 got = case.raw_backward(dys, inp, dim, outs, frozenset(op.params))
                 assert_new_contiguous(got["x"], x)
                 for name in op.params:
-                    assert got[name].dtype == param_grad_dtype(x)
+                    assert got[name].dtype == param_grad_dtype(inp)
                 check_grads(case, inp, dim, dys, got, what=f"x {x_layout}, dy {grad_layout}")
     rows, n = 9, 257
     inp = op.inputs(randn((rows, n), dtype, device), -1)

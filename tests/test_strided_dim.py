@@ -58,7 +58,7 @@ def test_strided_dims(device, op_id, dtype):
             case_op = raw_case(op, x)
             outs, dys, _ = check_backward(case_op, inp, dim, what=what)
             # The raw backward again, into NaN-poisoned blocks: every element is written.
-            grads = [((x.shape[dim],), param_grad_dtype(x))] * 3
+            grads = [((x.shape[dim],), param_grad_dtype(inp))] * 3
             poison_blocks([(x.shape, x.dtype)] * 2 + grads, device)
             got = case_op.raw_backward(dys, inp, dim, tuple(o.detach() for o in outs),
                                        frozenset(op.params))  # fmt: skip

@@ -69,11 +69,13 @@ def raw_case(op: OpInfo, x: torch.Tensor) -> OpInfo:
     return dataclasses.replace(op, eps=op.resolved_eps(x)) if op.has_eps else op
 
 
-def param_grad_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype of the backward ops' parameter gradients for parameters of x's dtype (what
-    ``op.inputs`` makes by default): x's, written by the kernels' finalize (mixed parameter
-    dtypes: test_correctness.test_layer_norm_mixed_param_dtypes)."""
-    return x.dtype
+def param_grad_dtype(inp: dict) -> torch.dtype:
+    """The dtype of the raw backward ops' parameter gradients for the inputs ``op.inputs``
+    makes (parameters of x's dtype): x's, written by the kernels' finalize; float32 on the
+    float32 residual stream, whose backward runs the parameters in r's dtype. (Mixed parameter
+    dtypes: test_correctness.test_layer_norm_mixed_param_dtypes.)"""
+    residual = inp.get("residual")
+    return residual.dtype if residual is not None else inp["x"].dtype
 
 
 def poison_blocks(blocks, device) -> set[int]:

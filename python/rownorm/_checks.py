@@ -68,9 +68,17 @@ def check_eps(op: str, eps: float) -> None:
     torch._check(eps >= 0, lambda: f"{op}: eps must be >= 0, got {eps:g}")
 
 
-def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Tensor) -> None:
+def check_like(
+    op: str,
+    name: str,
+    other: torch.Tensor,
+    x_name: str,
+    x: torch.Tensor,
+    stream: torch.dtype | None = None,
+) -> None:
     """``other`` (called ``name``) has the device, dtype and shape of x (called ``x_name``),
-    checked in that order."""
+    checked in that order; ``stream``: another dtype ``other`` may have (add_rms_norm's float32
+    residual stream: :func:`residual_stream_dtype`)."""
     torch._check(
         other.device == x.device,
         lambda: (
@@ -78,10 +86,11 @@ def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Te
             f"got {_device_name(other.device)}"
         ),
     )
+    also = "" if stream is None else f" or {dtype_name(stream)} (a float32 residual stream)"
     torch._check(
-        other.dtype == x.dtype,
+        other.dtype == x.dtype or other.dtype == stream,
         lambda: (
-            f"{op}: {name} must have {x_name}'s dtype {dtype_name(x.dtype)}, "
+            f"{op}: {name} must have {x_name}'s dtype {dtype_name(x.dtype)}{also}, "
             f"got {dtype_name(other.dtype)}"
         ),
     )
@@ -91,6 +100,26 @@ def check_like(op: str, name: str, other: torch.Tensor, x_name: str, x: torch.Te
             f"{op}: {name} must have {x_name}'s shape {_shape_name(x)}, got {_shape_name(other)}"
         ),
     )
+
+
+_16BIT = (torch.float16, torch.bfloat16)
+
+
+def is_residual_stream(narrow: torch.Tensor, wide: torch.Tensor) -> bool:
+    """Whether ``narrow`` (add_rms_norm's x, or its backward's grad) and ``wide`` (the
+    residual, or r) are the two sides of a float32 residual stream: 16-bit and float32."""
+    return narrow.dtype in _16BIT and wide.dtype == torch.float32
+
+
+def residual_stream_dtype(op: str, name: str, other: torch.Tensor, x: torch.Tensor):
+    """The dtype besides x's that argument ``name`` of ``op`` may have (the float32 residual
+    stream, src/bindings/rms_norm.cpp), or None: add_rms_norm's residual may be float32 with a
+    16-bit x; its backward's grad may be 16-bit with a float32 r."""
+    if op == "add_rms_norm" and name == "residual" and x.dtype in _16BIT:
+        return torch.float32
+    if op == "add_rms_norm_backward" and name == "grad" and is_residual_stream(other, x):
+        return other.dtype
+    return None
 
 
 def check_param(

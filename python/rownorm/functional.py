@@ -220,13 +220,22 @@ def add_rms_norm(
     float64's for float64 x); ``weight_offset`` and ``casting_mode`` as in :func:`rms_norm`.
     One pass reads ``x`` and ``residual`` and writes ``out`` and ``r``.
 
+    The float32 residual stream (pre-norm models that keep the residual in float32 for
+    stability): with a float16 / bfloat16 ``x`` the residual may be float32. Then ``r = x +
+    residual`` is float32 (torch's promotion, computed in the same pass; x is read as stored)
+    and ``out``, the norm of that float32 ``r``, has x's dtype (rounded once; in the
+    ``"llama"`` mode ŷ is rounded to x's dtype first), where ``F.rms_norm`` of the float32
+    ``r`` would return float32.
+
     Backward, given ``dout`` and ``dr`` (the gradient reaching ``r`` directly, e.g. through the
     next block's residual stream): ``d(x) = d(residual) = dr + rms_norm's dx(dout, r)``, and
-    ``dweight = Σ_rows dout⊙ŷ``.
+    ``dweight = Σ_rows dout⊙ŷ``. On the float32 residual stream ``d(residual)`` is float32, read
+    and written in the pass that reads ``dout`` as stored, and ``d(x)`` its rounding to x's
+    dtype (one more pass over it).
 
     Args:
         x: float32, float16, bfloat16 or float64 tensor of any rank ≥ 1, on CPU or CUDA.
-        residual: a tensor of x's shape, dtype and device.
+        residual: a tensor of x's shape and device, in x's dtype or (16-bit x) float32.
         weight: optional scale of shape ``(x.size(-1),)`` on x's device, in x's dtype or
             float32.
         eps: added to the mean square, ≥ 0; None: F.rms_norm's default (the float32 epsilon;
@@ -235,7 +244,8 @@ def add_rms_norm(
         casting_mode: ``"once"`` or ``"llama"`` (see :func:`rms_norm`).
 
     Returns:
-        ``(out, r)``: two new contiguous tensors of ``x``'s shape and dtype.
+        ``(out, r)``: two new contiguous tensors of ``x``'s shape, ``out`` in x's dtype and
+        ``r`` in the residual's.
     """
     _check_dense("add_rms_norm", x)
     _check_dense("add_rms_norm", residual, "residual")

@@ -30,6 +30,7 @@ from rownorm._checks import (
     dtype_name,
     new_row_stats,
     param_grad_dtype,
+    residual_stream_dtype,
     resolve_eps,
 )
 
@@ -180,7 +181,8 @@ def _fake(name: str):
             check_eps(name, resolve_eps(x, a["eps"]))
         for other in likes:
             if a[other] is not None:
-                check_like(name, other, a[other], main, x)
+                stream = residual_stream_dtype(name, other, a[other], x)
+                check_like(name, other, a[other], main, x, stream)
         if stats_arg:
             check_row_stats(name, _STATS, a[_STATS], main, x, dim)
         for p in params:
@@ -194,9 +196,9 @@ def _fake(name: str):
         for option in options:
             _OPTIONS[option](name, a)
         outs = [new_row_stats(x, dim) if stats else _new_like(x) for stats in row_outputs]
-        grad_dtype = param_grad_dtype(
-            x, a.get("weight"), bias_grad_op="bias_grad" in flags
-        )
+        if name == "add_rms_norm":  # r = x + residual has the residual's dtype
+            outs[1] = _new_like(a["residual"])
+        grad_dtype = param_grad_dtype(x, a.get("weight"), bias_grad_op="bias_grad" in flags)
         outs += [_param_grad(x, dim, a[flag], grad_dtype) for flag in flags]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -642,9 +644,10 @@ def _add_rms_norm_setup_context(ctx, inputs, output) -> None:
     x, residual, weight, eps, weight_offset, _casting_mode = inputs
     _, r = output
     # The backward is rms_norm's at r = x + residual (the second output, already rounded to
-    # x's dtype), so r is all it needs. Gradients that do not reach an output stay None
+    # its dtype), so r is all it needs. Gradients that do not reach an output stay None
     # instead of becoming zero tensors, so an unused r costs no zeros to read.
     ctx.save_for_backward(r, weight)
+    ctx.x_dtype = x.dtype  # the residual's (float32 on the residual stream) is r's
     ctx.eps = resolve_eps(x, eps)
     ctx.weight_offset = weight_offset
     ctx.set_materialize_grads(False)
@@ -661,8 +664,12 @@ def _add_rms_norm_backward(ctx, grad_out: torch.Tensor | None, grad_r: torch.Ten
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
     elif grad_out is None:
         d_r = grad_r  # only r = x + residual reached the loss: the add's gradient
-    # x and residual enter only through r = x + residual: both get d_r.
-    return d_r if need_x else None, d_r if need_res else None, grad_w, None, None, None
+    # x and residual enter only through r = x + residual: both get d_r (x in its own dtype on
+    # the float32 residual stream, where d_r is float32 like r: one more pass over it).
+    grad_x = d_r
+    if need_x and d_r is not None and d_r.dtype != ctx.x_dtype:
+        grad_x = d_r.to(ctx.x_dtype)
+    return grad_x if need_x else None, d_r if need_res else None, grad_w, None, None, None
 
 
 _register_autograd(

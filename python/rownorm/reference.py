@@ -117,13 +117,17 @@ def rms_norm(x, weight, dim, eps, weight_offset, casting_mode):
     The rounding of ŷ is the identity for the float64 inputs of the backward references, so
     their gradients are those of the unrounded formula, as the kernels' are."""
     eps = _resolve_eps(x, eps)
-    x64 = x.double()
+    return _rms(x.double(), weight, dim, eps, weight_offset, casting_mode, x.dtype)
+
+
+def _rms(x64, weight, dim, eps, weight_offset, casting_mode, dtype):
+    """rms_norm of the float64 ``x64`` rounded to ``dtype`` (ŷ too in the "llama" mode)."""
     y = x64 * torch.rsqrt((x64 * x64).mean(dim=dim, keepdim=True) + eps)
     if casting_mode == "llama":
-        y = y.to(x.dtype).double()
+        y = y.to(dtype).double()
     if weight is not None:
-        y = y * (_along(weight, x, dim) + weight_offset)
-    return y.to(x.dtype)
+        y = y * (_along(weight, x64, dim) + weight_offset)
+    return y.to(dtype)
 
 
 @_reference_of(_public.layer_norm)
@@ -174,11 +178,12 @@ def log_softmax(x, dim):
 @_reference_of(_public.add_rms_norm)
 def add_rms_norm(x, residual, weight, eps, weight_offset, casting_mode):
     """``(rms_norm(r, weight, -1, eps, weight_offset=..., casting_mode=...), r)`` with
-    ``r = x + residual`` rounded to x's dtype (torch's ``x + residual``); eps None:
-    F.rms_norm's default (``ops.resolve_eps``)."""
+    ``r = x + residual`` as torch computes it: in x's dtype, or in float32 for a float32
+    residual with 16-bit x (the residual stream), where the norm is rounded to x's dtype (and
+    ``"llama"`` rounds ŷ to it); eps None: F.rms_norm's default (``ops.resolve_eps``)."""
     r = x + residual
     eps = _resolve_eps(x, eps)
-    return rms_norm(r, weight, -1, eps, weight_offset=weight_offset, casting_mode=casting_mode), r
+    return _rms(r.double(), weight, -1, eps, weight_offset, casting_mode, x.dtype), r
 
 
 # ---- backwards ------------------------------------------------------------------------------

@@ -52,10 +52,10 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   const std::string two_pass = param_grads ? " param_grads=two-pass" : "";
   if (!p.row_tiers) {
     ROWNORM_CHECK(kStrided, kName, ": internal error: the op reduces the last dim only");
-    const StridedArgsFor<Op> a = StridedArgsOf<T, TOut>(p, outs);
+    const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
     return Describe(PlanStridedOp(a)) + size + two_pass;
   }
-  const RowArgsFor<Op> a = RowArgsOf<T, TOut>(p, outs);
+  const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
   if constexpr (kSums && !std::is_same_v<T, double>) {
     if (param_grads) {
       // The fused path runs Op itself (its Acc is float, as for every T but double).

@@ -71,28 +71,129 @@ std::tuple<Tensor, Tensor> RmsNormBackward(Tensor grad, Tensor x, std::optional<
   return RmsNormGrads<2>(kOp, {x, grad}, weight, dim, eps, weight_grad, weight_offset);
 }
 
+// The float32 residual stream of a pre-norm model: a 16-bit x (a block's output) added to a
+// float32 residual; the sum r stays float32 and the norm has x's dtype. Its backward reads r,
+// the gradient of the norm (x's dtype) and that of r (float32). Whether `narrow` (x, or the
+// backward's grad) and `wide` (the residual, or r) are its two sides.
+bool IsResidualStream(const Tensor& narrow, const Tensor& wide) {
+  return Is16Bit(narrow.scalar_type()) && wide.scalar_type() == ScalarType::Float;
+}
+
+// add_rms_norm on the float32 residual stream: one pass reads x (T) and the residual (float32)
+// and writes out (T) and r (float32), r = x + residual in float32 (AddRmsNormFwdOp<..., R =
+// float>, whose inputs are (residual, x)).
+std::tuple<Tensor, Tensor> AddRmsNormStream(const char* op, const Tensor& x, const Tensor& residual,
+                                            const std::optional<Tensor>& weight, int64_t dim,
+                                            double eps, double weight_offset, bool round) {
+  const DeviceScope scope(x);
+  const ScalarType pt = ParamDtype(x, {weight});
+  const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
+  Tensor outs[2] = {NewLike(x), NewLike(residual)};
+  if (x.numel() > 0) {
+    const Problem<2> p = MakeProblem<2>({residual, x}, dim);
+    DispatchFloating(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+        DispatchParam<T>(pt, [&](auto wtag) {
+          using W = decltype(wtag);
+          RunOp<float, false>(op, p, outs, [&](auto acc) {
+            using Acc = decltype(acc);
+            return WithParams<AddRmsNormFwdOp<T, Acc, W, float>, W>(
+                static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
+                static_cast<Acc>(weight_offset), round);
+          });
+        });
+      }
+    });
+  }
+  return {outs[0], outs[1]};
+}
+
 std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<Tensor> weight,
                                       std::optional<double> eps, double weight_offset,
                                       std::string casting_mode) {
   constexpr const char* kOp = "add_rms_norm";
   const int64_t dim = CheckRowwiseInput(kOp, "x", x, -1);
   const double e = ResolveEps(kOp, x, eps);
-  CheckLike(kOp, "residual", residual, "x", x);
+  // A 16-bit x's residual may be float32 (the residual stream).
+  const std::optional<ScalarType> stream =
+      Is16Bit(x.scalar_type()) ? std::optional(ScalarType::Float) : std::nullopt;
+  CheckLike(kOp, "residual", residual, "x", x, stream);
   CheckParam(kOp, "weight", weight, "x", x, dim);
   CheckWeightOffset(kOp, weight, weight_offset);
   const bool round = RoundsNormalized(kOp, casting_mode);
+  if (IsResidualStream(x, residual)) {
+    return AddRmsNormStream(kOp, x, residual, weight, dim, e, weight_offset, round);
+  }
   const std::array<Tensor, 2> out = RunParamOp<AddRmsNormFwdOp, 2, false>(
       kOp, {x, residual}, dim, {weight}, e, weight_offset, round);
   return {out[0], out[1]};
+}
+
+// add_rms_norm_backward on the float32 residual stream: d_r (float32, r's dtype) =
+// grad_residual + rms_norm's dx(grad, r), grad read as stored (x's 16-bit dtype), and dweight.
+// The weight runs in float32 (r's parameter dtype), so dweight comes back float32 (the
+// autograd formula casts it to a 16-bit weight's dtype).
+std::tuple<Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& grad,
+                                                 const std::optional<Tensor>& grad_residual,
+                                                 const Tensor& r,
+                                                 const std::optional<Tensor>& weight, int64_t dim,
+                                                 double eps, bool weight_grad,
+                                                 double weight_offset) {
+  const DeviceScope scope(r);
+  Tensor dr = NewLike(r);
+  const ScalarType pt = ParamDtype(r, {weight});
+  const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
+  const ScalarType grad_dtype = ParamGradDtype(r, pt, true);
+  std::array<Tensor, 2> g;
+  auto run = [&](auto tag, const auto& ins) {
+    using T = decltype(tag);
+    constexpr int kIn = std::tuple_size_v<std::decay_t<decltype(ins)>>;
+    Tensor in[kIn];
+    for (int i = 0; i < kIn; ++i) in[i] = ins[i];
+    const Problem<kIn> p = MakeProblem(in, dim);
+    // RowNormGrads dispatches on r's dtype, float32 here: its other branches (which do not
+    // run) get the plain op of their type.
+    g = RowNormGrads<false>(
+        op, p, dr, pt, grad_dtype, weight_grad, false,
+        [&](auto rtag, auto wtag, auto acc, auto* stats) {
+          using Acc = decltype(acc);
+          using W = decltype(wtag);
+          using R = decltype(rtag);
+          using Op =
+              std::conditional_t<std::is_same_v<R, float>, RmsNormBwdOp<T, Acc, W, kIn, float>,
+                                 RmsNormBwdOp<R, Acc, W, kIn>>;
+          return WithParams<Op, W>(static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
+                                   static_cast<Acc>(weight_offset), stats);
+        });
+  };
+  DispatchFloating(grad.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+      if (grad_residual.has_value()) {
+        run(tag, std::array<Tensor, 3>{r, grad, *grad_residual});
+      } else {
+        run(tag, std::array<Tensor, 2>{r, grad});
+      }
+    }
+  });
+  return {dr, g[0]};
 }
 
 std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor> grad_residual,
                                               Tensor r, std::optional<Tensor> weight, double eps,
                                               bool weight_grad, double weight_offset) {
   constexpr const char* kOp = "add_rms_norm_backward";
+  // The float32 residual stream: r (and grad_residual) float32, grad of x's 16-bit dtype.
+  const bool stream = IsResidualStream(grad, r);
   const int64_t dim =
-      CheckWeightedBackward(kOp, grad, grad_residual, "r", r, weight, -1, eps, weight_grad);
+      CheckWeightedBackward(kOp, grad, grad_residual, "r", r, weight, -1, eps, weight_grad,
+                            stream ? std::optional(grad.scalar_type()) : std::nullopt);
   CheckWeightOffset(kOp, weight, weight_offset);
+  if (stream) {
+    return AddRmsNormStreamGrads(kOp, grad, grad_residual, r, weight, dim, eps, weight_grad,
+                                 weight_offset);
+  }
   if (grad_residual.has_value()) {
     return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad,
                            weight_offset);

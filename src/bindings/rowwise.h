@@ -91,16 +91,27 @@ constexpr ScalarType DtypeOf() {
   }
 }
 
-// The row-tier arguments of a problem with p.row_tiers; outputs are new contiguous tensors.
-template <typename TIn, typename TOut, int kIn, int kOut>
-RowArgs<TIn, kIn, TOut, kOut> RowArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
-  RowArgs<TIn, kIn, TOut, kOut> a{};
+// The dtype of output j of a problem of type Args (its narrowed outputs' in their own type).
+template <class Args>
+ScalarType OutDtype(int j) {
+  if constexpr (Args::kMixed) {
+    if (Args::NarrowOut(j)) return DtypeOf<typename Args::Narrow>();
+  }
+  return DtypeOf<typename Args::OutElem>();
+}
+
+// The row-tier arguments (Args: RowArgsFor<Op>) of a problem with p.row_tiers; outputs are new
+// contiguous tensors. A narrowed operand's pointer travels in the array of the register type
+// (args.h).
+template <class Args, int kIn, int kOut>
+Args RowArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
+  Args a{};
   for (int i = 0; i < kIn; ++i) {
-    a.in[i] = ConstPtr<TIn>(p.in[i]);
+    a.in[i] = ConstPtr<typename Args::InElem>(p.in[i]);
     a.in_stride[i] = p.stride[i][0];
   }
   for (int j = 0; j < kOut; ++j) {
-    a.out[j] = MutPtr<TOut>(outs[j]);
+    a.out[j] = MutPtr<typename Args::OutElem>(outs[j]);
     a.out_stride[j] = p.d;
   }
   a.rows = p.outer;
@@ -108,13 +119,13 @@ RowArgs<TIn, kIn, TOut, kOut> RowArgsOf(const Problem<kIn>& p, const Tensor (&ou
   return a;
 }
 
-// The (outer, d, inner) arguments of a problem of contiguous operands (the CPU rows and the
-// strided-dim path).
-template <typename TIn, typename TOut, int kIn, int kOut>
-StridedArgs<TIn, kIn, TOut, kOut> StridedArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
-  StridedArgs<TIn, kIn, TOut, kOut> a{};
-  for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<TIn>(p.in[i]);
-  for (int j = 0; j < kOut; ++j) a.out[j] = MutPtr<TOut>(outs[j]);
+// The (outer, d, inner) arguments (Args: StridedArgsFor<Op>) of a problem of contiguous
+// operands (the CPU rows and the strided-dim path).
+template <class Args, int kIn, int kOut>
+Args StridedArgsOf(const Problem<kIn>& p, const Tensor (&outs)[kOut]) {
+  Args a{};
+  for (int i = 0; i < kIn; ++i) a.in[i] = ConstPtr<typename Args::InElem>(p.in[i]);
+  for (int j = 0; j < kOut; ++j) a.out[j] = MutPtr<typename Args::OutElem>(outs[j]);
   a.outer = p.outer;
   a.d = p.d;
   a.inner = p.inner;
@@ -129,17 +140,16 @@ StridedArgs<TIn, kIn, TOut, kOut> StridedArgsOf(const Problem<kIn>& p, const Ten
 template <typename T, bool kStrided = true, int kIn, int kOut, class MakeOp>
 void RunOp(const char* name, const Problem<kIn>& p, const Tensor (&outs)[kOut], MakeOp make) {
   using Op = decltype(make(AccType<T>{}));
-  using TOut = OpOutElem<Op>;
   static_assert(std::is_same_v<typename Op::Elem, T> && Op::kIn == kIn,
                 "the op's inputs are not the problem's");
   static_assert(OpTraits<Op>::kOut == kOut, "pass one tensor per output of the op");
   for (int j = 0; j < kOut; ++j) {
-    ROWNORM_CHECK(outs[j].scalar_type() == DtypeOf<TOut>(), name, ": internal error: output ", j,
-                  " is ", DtypeName(outs[j].scalar_type()), ", the kernel writes ",
-                  DtypeName(DtypeOf<TOut>()));
+    const ScalarType want = OutDtype<RowArgsFor<Op>>(j);
+    ROWNORM_CHECK(outs[j].scalar_type() == want, name, ": internal error: output ", j, " is ",
+                  DtypeName(outs[j].scalar_type()), ", the kernel writes ", DtypeName(want));
   }
   if (!p.cuda) {
-    const StridedArgs<T, kIn, TOut, kOut> a = StridedArgsOf<T, TOut>(p, outs);
+    const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
     const auto op = make(double{});
     LogPlan(name, p.outer * p.inner, p.d, [] { return std::string("path=cpu"); });
     ParallelRows(p.outer * p.inner, p.d,
@@ -149,13 +159,13 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor (&outs)[kOut], 
   const cudaStream_t stream = CurrentCudaStream(outs[0]);
   const Op op = make(AccType<T>{});
   if (p.row_tiers) {
-    const RowArgsFor<Op> a = RowArgsOf<T, TOut>(p, outs);
+    const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
     RowPlan plan;
     CheckPlan(name, PlanRows<Op>(a, &plan));
     LogPlan(name, a.rows, a.n, [&] { return Describe(plan); });
     CheckLaunch(name, LaunchRows(a, op, plan, stream));
   } else if constexpr (kStrided) {
-    const StridedArgsFor<Op> a = StridedArgsOf<T, TOut>(p, outs);
+    const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
     LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(PlanStridedOp(a)); });
     CheckLaunch(name, LaunchStrided(a, op, stream));
   } else {
@@ -222,14 +232,16 @@ inline void CheckWeightGrad(const char* op, const std::optional<Tensor>& weight,
 
 // The checks of the backward ops with a weight (rms_norm, layer_norm, add_rms_norm), in the
 // order of every op's checks: x (named `x_name`: x, or add_rms_norm's r) and dim, eps, grad and
-// grad_residual (when given) like x, the weight, weight_grad. Returns dim wrapped.
+// grad_residual (when given) like x, the weight, weight_grad. Returns dim wrapped. `grad_stream`:
+// another dtype grad may have (CheckLike; add_rms_norm's 16-bit grad beside a float32 r).
 inline int64_t CheckWeightedBackward(const char* op, const Tensor& grad,
                                      const std::optional<Tensor>& grad_residual, const char* x_name,
                                      const Tensor& x, const std::optional<Tensor>& weight,
-                                     int64_t dim, double eps, bool weight_grad) {
+                                     int64_t dim, double eps, bool weight_grad,
+                                     std::optional<ScalarType> grad_stream = std::nullopt) {
   dim = CheckRowwiseInput(op, x_name, x, dim);
   CheckEps(op, eps);
-  CheckLike(op, "grad", grad, x_name, x);
+  CheckLike(op, "grad", grad, x_name, x, grad_stream);
   if (grad_residual.has_value()) CheckLike(op, "grad_residual", *grad_residual, x_name, x);
   CheckParam(op, "weight", weight, x_name, x, dim);
   CheckWeightGrad(op, weight, weight_grad);
@@ -366,7 +378,7 @@ std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Pro
                                                      const Tensor& dx, const Op& op, bool want_w,
                                                      bool want_b, ScalarType grad_dtype) {
   if (!p.cuda || !p.row_tiers) return std::nullopt;
-  const RowArgsFor<Op> a = RowArgsOf<typename Op::Elem, OpOutElem<Op>>(p, {dx});
+  const auto a = RowArgsOf<RowArgsFor<Op>>(p, {dx});
   std::optional<FusedSumPlan> plan;
   CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
   if (!plan.has_value()) return std::nullopt;
@@ -395,6 +407,16 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
   static_assert(kIn >= 2, "x and dy are operands 0 and 1");
   const Tensor& x = p.in[0];
   const ScalarType acc = AccDtype(x);
+  // The float32 residual stream's dy is 16-bit beside a float32 x: these kernels read both as
+  // x's type, so it is converted first (the fused path reads it as stored; this path runs
+  // where that one does not apply).
+  Problem<kIn> q = p;
+  if (p.in[1].scalar_type() != x.scalar_type()) {
+    q.in[1] = Contiguous(torch::stable::to(p.in[1], x.scalar_type()));
+    q.stride[1][0] = p.d * p.inner;
+    q.stride[1][1] = p.row_tiers ? 1 : p.inner;
+    q.stride[1][2] = p.row_tiers ? 0 : 1;
+  }
   // CUDA: the finalize writes grad_dtype; the CPU sums in double and casts.
   const ScalarType sums_dtype = p.cuda ? grad_dtype : acc;
   Tensor dw = torch::stable::new_empty(x, {want_w ? p.d : 0}, sums_dtype);
@@ -403,11 +425,11 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
     auto fill = [&](auto acc_tag) {
       using Acc = decltype(acc_tag);
       ParamGradArgs<T, Acc> a{};
-      a.x = ConstPtr<T>(p.in[0]);
-      a.dy = ConstPtr<T>(p.in[1]);
+      a.x = ConstPtr<T>(q.in[0]);
+      a.dy = ConstPtr<T>(q.in[1]);
       for (int k = 0; k < 3; ++k) {
-        a.x_stride[k] = p.stride[0][k];
-        a.dy_stride[k] = p.stride[1][k];
+        a.x_stride[k] = q.stride[0][k];
+        a.dy_stride[k] = q.stride[1][k];
       }
       a.stats = static_cast<const Acc*>(stats.data_ptr());
       a.outer = p.outer;
@@ -419,9 +441,8 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
         const ParamGradOut<Acc> out{want_w ? MutPtr<Acc>(dw) : nullptr,
                                     want_b ? MutPtr<Acc>(db) : nullptr};
         // Columns split like rows: each column sums outer * inner rows' terms.
-        ParallelRows(p.d, p.outer * p.inner, [&](int64_t begin, int64_t end) {
-          ParamGradCpu<T, Acc>(a, out, begin, end);
-        });
+        ParallelRows(p.d, p.outer * p.inner,
+                     [&](int64_t begin, int64_t end) { ParamGradCpu<T, Acc>(a, out, begin, end); });
       } else if constexpr (std::is_same_v<Acc, AccType<T>>) {
         const int64_t scratch = ParamGradScratch(p.outer * p.inner, p.d);
         Tensor partial = torch::stable::new_empty(x, {std::max<int64_t>(1, scratch)}, acc);
@@ -450,11 +471,11 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
 
 // The backward of a normalization with per-column parameters (rms_norm, add_rms_norm,
 // layer_norm): writes dx (a new tensor of x's shape) and returns {dweight, dbias} as
-// ParamGrads does, in `grad_dtype` (ParamGradDtype). Where a parameter gradient is wanted and PlanRowsWithSums plans the fused
-// path, one pass writes dx and the column sums; otherwise the backward op saves per-row
-// statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{}, Acc{}, stats)` returns
-// the backward op for element type T, parameter type W and accumulator Acc, saving its
-// statistics to `stats` (an Acc*, nullptr: none). kStrided as in RunOp.
+// ParamGrads does, in `grad_dtype` (ParamGradDtype). Where a parameter gradient is wanted and
+// PlanRowsWithSums plans the fused path, one pass writes dx and the column sums; otherwise the
+// backward op saves per-row statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{},
+// Acc{}, stats)` returns the backward op for element type T, parameter type W and accumulator Acc,
+// saving its statistics to `stats` (an Acc*, nullptr: none). kStrided as in RunOp.
 //
 // `saved`: the forward's per-row statistics (NewRowStats's layout), which the op reads itself;
 // then the two-pass path reads them too and `make` is given nullptr.

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -114,13 +115,19 @@ inline std::string DeviceString(const Tensor& t) {
 }
 
 // `other` (named `name`) must be on the device of x (named `x_name`) and have its dtype and
-// shape.
+// shape; `stream`: another dtype `other` may have (add_rms_norm's float32 residual stream beside
+// a 16-bit x: ResidualStreamDtype), named in the message.
 inline void CheckLike(const char* op, const char* name, const Tensor& other, const char* x_name,
-                      const Tensor& x) {
+                      const Tensor& x, std::optional<ScalarType> stream = std::nullopt) {
   ROWNORM_CHECK(other.device() == x.device(), op, ": ", name, " must be on ", x_name, "'s device (",
                 DeviceString(x), "), got ", DeviceString(other));
-  ROWNORM_CHECK(DtypeCode(other) == DtypeCode(x), op, ": ", name, " must have ", x_name,
-                "'s dtype ", DtypeName(DtypeCode(x)), ", got ", DtypeName(DtypeCode(other)));
+  const bool streamed = stream.has_value() && DtypeCode(other) == static_cast<int32_t>(*stream);
+  ROWNORM_CHECK(DtypeCode(other) == DtypeCode(x) || streamed, op, ": ", name, " must have ", x_name,
+                "'s dtype ", DtypeName(DtypeCode(x)),
+                stream.has_value()
+                    ? std::string(" or ") + DtypeName(*stream) + " (a float32 residual stream)"
+                    : std::string(),
+                ", got ", DtypeName(DtypeCode(other)));
   bool same = other.dim() == x.dim();
   for (int64_t i = 0; same && i < x.dim(); ++i) same = other.size(i) == x.size(i);
   ROWNORM_CHECK(same, op, ": ", name, " must have ", x_name, "'s shape ", ShapeString(x), ", got ",

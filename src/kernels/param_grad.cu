@@ -225,8 +225,8 @@ cudaError_t ParamGradFinalize(const Acc* partial, int64_t chunks, int64_t n, Par
     for (int z = 0; z < 2; ++z) in[z] = t.out[z];
     rows = blocks;
   }
-  return LaunchFinalizeLevel(FinalizeLevel<Acc, W>{{in[0], in[1]}, {out.dweight, out.dbias}, rows, n},
-                             stream);
+  return LaunchFinalizeLevel(
+      FinalizeLevel<Acc, W>{{in[0], in[1]}, {out.dweight, out.dbias}, rows, n}, stream);
 }
 
 template cudaError_t ParamGradFinalize<float, float>(const float*, int64_t, int64_t,
@@ -239,7 +239,7 @@ template cudaError_t ParamGradFinalize<float, __nv_bfloat16>(const float*, int64
 template cudaError_t ParamGradFinalize<double, double>(const double*, int64_t, int64_t,
                                                        ParamGradOut<double>, double*, cudaStream_t);
 
-#define ROWNORM_INSTANTIATE(T, W)                                                      \
+#define ROWNORM_INSTANTIATE(T, W)                                                       \
   template cudaError_t ParamGrad<T, AccType<T>, W>(const ParamGradArgs<T, AccType<T>>&, \
                                                    ParamGradOut<W>, AccType<T>*, cudaStream_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)

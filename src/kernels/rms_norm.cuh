@@ -21,6 +21,7 @@
 
 #include <type_traits>
 
+#include "kernels/common/args.h"
 #include "kernels/common/row_ops.h"
 
 namespace rownorm {
@@ -83,9 +84,24 @@ struct RmsNormFwdOp {
 // Weight gradient: on the tiers that accumulate column sums (the *RowSumsKernel) the body adds
 // dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
 // in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
-template <typename T, typename Acc, typename W, int kInputs>
-struct RmsNormBwdOp {
+// The float32 residual stream's backward (R = float with a 16-bit T): inputs (h, dy, dh) with
+// dy stored as T; dresidual in float (x's gradient is its rounding to T).
+template <typename T, typename R>
+struct RmsNormBwdOperands {
   using Elem = T;
+  using Narrowings = NoNarrowing;
+};
+template <typename T>
+struct RmsNormBwdOperands<T, float> {
+  using Elem = float;
+  using Narrowings =
+      std::conditional_t<std::is_same_v<T, float>, NoNarrowing, Narrowing<T, 0b010u, 0u>>;
+};
+
+template <typename T, typename Acc, typename W, int kInputs, typename R = T>
+struct RmsNormBwdOp {
+  using Elem = typename RmsNormBwdOperands<T, R>::Elem;
+  using Narrowings = typename RmsNormBwdOperands<T, R>::Narrowings;
   static constexpr int kIn = kInputs;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
   // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
@@ -138,10 +154,26 @@ struct RmsNormBwdOp {
   }
 };
 
-template <typename T, typename Acc, typename W>
-struct AddRmsNormFwdOp {
+// x + residual in the residual's type R: T, or float for the float32 residual stream of a
+// 16-bit x. There the problem is mixed (args.h): its register type is float, the inputs are
+// (residual, x), input 1 and output 0 (the norm) stored as T, output 1 (h) as float.
+template <typename T, typename R>
+struct AddRmsNormOperands {
   using Elem = T;
-  static constexpr int kIn = 2;   // x, residual
+  using Narrowings = NoNarrowing;
+};
+template <typename T>
+struct AddRmsNormOperands<T, float> {
+  using Elem = float;
+  using Narrowings =
+      std::conditional_t<std::is_same_v<T, float>, NoNarrowing, Narrowing<T, 0b10u, 0b01u>>;
+};
+
+template <typename T, typename Acc, typename W, typename R = T>
+struct AddRmsNormFwdOp {
+  using Elem = typename AddRmsNormOperands<T, R>::Elem;
+  using Narrowings = typename AddRmsNormOperands<T, R>::Narrowings;
+  static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
   Acc eps;
   const W* weight;  // (n,) or nullptr
@@ -153,12 +185,12 @@ struct AddRmsNormFwdOp {
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
     const Acc ss = row.Reduce(SumOp{}, [](const Acc* v, int64_t) {
-      const Acc h = RoundTo<T>(v[0] + v[1]);
+      const Acc h = RoundTo<R>(v[0] + v[1]);
       return h * h;
     });
     const Acc r = Acc(1) / Sqrt(ss / n + eps);
     scale.Store(
-        row, [r](const Acc* v, int64_t) { return RoundTo<T>(v[0] + v[1]) * r; }, ColumnParams());
+        row, [r](const Acc* v, int64_t) { return RoundTo<R>(v[0] + v[1]) * r; }, ColumnParams());
     row.Store(Output<1>{}, [](const Acc* v, int64_t) { return v[0] + v[1]; });
   }
 };

@@ -96,7 +96,7 @@ def check_outputs(op: OpInfo, inp, dim: int, outs, *, what="", vs_torch=True, st
     """
     assert isinstance(outs, tuple) and len(outs) == op.n_outputs, f"{op} {what}: outputs"
     for i, o in enumerate(outs):
-        assert_new_contiguous(o, inp["x"], f"{op} {what} output {i}")
+        assert_new_contiguous(o, op.output_like(inp, i), f"{op} {what} output {i}")
     refs = op.reference(inp, dim)
     mags = [op.output_magnitude(inp, dim, refs[0])] + [None] * (len(refs) - 1)
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
@@ -204,7 +204,9 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
         want = frozenset(p for p in op.params if p in inp)
         detached = tuple(o.detach() for o in outs)
         got_raw = op.raw_backward(dys, inp, dim, detached, want)
-        grad_dtype = param_grad_dtype(inp["x"], inp.get("weight"), bias_grad_op="bias" in inp)
+        # The backward op's x: add_rms_norm's r has the residual's dtype.
+        x = inp["residual"] if op.residual else inp["x"]
+        grad_dtype = param_grad_dtype(x, inp.get("weight"), bias_grad_op="bias" in inp)
         for name in want:
             assert got_raw[name].dtype == grad_dtype, (
                 f"{op} {what} raw d{name}: {got_raw[name].dtype}"

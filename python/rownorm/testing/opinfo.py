@@ -223,6 +223,10 @@ class OpInfo:
             )
         return inp
 
+    def output_like(self, inp: Inputs, i: int) -> torch.Tensor:
+        """The input whose shape and dtype output i has (x; add_rms_norm's r: the residual)."""
+        return inp["x"]
+
     def make_inputs(self, shape, dim, dtype, device, generator=None, *, with_params=True):
         """Contiguous random inputs of ``shape`` (the benchmark's and the self-check's)."""
         x = randn(shape, dtype, device, generator)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import rownorm
 from rownorm import reference as ref
 from rownorm.testing.opinfo import TOL, OpInfo, along, moved, sum_rows
+from rownorm.testing.samples import randn
 
 # ---- l2_normalize / l1_normalize -------------------------------------------------------------
 
@@ -236,6 +237,22 @@ class AddRmsNorm(_RmsOptions, OpInfo):
     residual: bool = True
     last_dim_only: bool = True
     n_outputs: int = 2
+    # The float32 residual stream: a 16-bit x's residual (and so r and its gradient) float32.
+    float32_residual: bool = False
+
+    def inputs(self, x, dim, *, param_dtype=None, residual=None, generator=None):
+        inp = super().inputs(
+            x, dim, param_dtype=param_dtype, residual=residual, generator=generator
+        )
+        if self.float32_residual and x.dtype in (torch.float16, torch.bfloat16):
+            if residual is not None:
+                inp["residual"] = residual.float()
+            else:
+                inp["residual"] = randn(x.shape, torch.float32, x.device, generator)
+        return inp
+
+    def output_like(self, inp, i):
+        return inp["residual"] if i == 1 else inp["x"]
 
     def call(self, inp, dim):
         return rownorm.add_rms_norm(inp["x"], inp["residual"], inp.get("weight"), eps=self.eps,
@@ -285,7 +302,9 @@ class AddRmsNorm(_RmsOptions, OpInfo):
 
     def unpack_backward(self, result, inp):
         dr, dw = result
-        return {"x": dr, "residual": dr, "weight": dw}
+        # d_r has r's dtype: x's gradient is its rounding to x's dtype (the float32 residual
+        # stream; autograd does the same).
+        return {"x": dr.to(inp["x"].dtype), "residual": dr, "weight": dw}
 
     def row_stat(self, out, inp, dim):
         if "weight" in inp:
@@ -488,6 +507,10 @@ OPS: dict[str, OpInfo] = {
             params=("weight",),
             eps=1e-6,
             options={"weight_offset": 1.0, "casting_mode": "llama"},
+        ),
+        # The float32 residual stream (16-bit x; other dtypes: as add_rms_norm_weight).
+        AddRmsNorm(
+            "add_rms_norm_fp32_residual", params=("weight",), eps=1e-6, float32_residual=True
         ),
     )
 }

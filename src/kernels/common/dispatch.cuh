@@ -144,7 +144,7 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr int RowStages() {
   const bool wide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
-  return OpTraits<Op>::kPrefetchRows && Args::kNumIn == 1 && wide ? 2 : 0;
+  return OpTraits<Op>::kPrefetchRows && Args::kNumIn == 1 && !Args::kMixed && wide ? 2 : 0;
 }
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t RowStageBytes() {
@@ -183,6 +183,8 @@ constexpr bool ClusterKindExists() {
   if constexpr (kKind == ClusterKind::kParams &&
                 (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0)) {
     return false;
+  } else if constexpr (kKind == ClusterKind::kShared && Args::kMixed) {
+    return false;  // the bulk copies move packs of one type
   } else {
     return ClusterSmem<Op, Args, kThreads, kKind>() <= kMaxClusterSmem;
   }

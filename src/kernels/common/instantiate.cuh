@@ -17,3 +17,10 @@
   MACRO(__half, float)                                \
   MACRO(__nv_bfloat16, __nv_bfloat16)                 \
   MACRO(__nv_bfloat16, float)
+
+// The 16-bit element types with their weight types (the float32 residual stream's).
+#define ROWNORM_FOR_EACH_16BIT_TYPE_AND_WEIGHT(MACRO) \
+  MACRO(__half, __half)                               \
+  MACRO(__half, float)                                \
+  MACRO(__nv_bfloat16, __nv_bfloat16)                 \
+  MACRO(__nv_bfloat16, float)

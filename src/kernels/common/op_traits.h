@@ -11,6 +11,7 @@
 //     static constexpr bool kWideCluster;    // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kPrefetchRows;   // optional, default false (see below)
+//     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -48,6 +49,10 @@
 // the H200, where rms_norm and l2_normalize took up to 1.26x and every 256-thread cluster
 // 1.1-1.3x (benchmarks/results/h200/NOTES.md §4). The cluster tier keeps rows in flight its own
 // way (dispatch.cuh's ClusterKind), for every op.
+//
+// Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
+// their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
+// row tiers load and store those as stored and never stage them in shared memory.
 //
 // ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
 // its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
@@ -93,6 +98,14 @@ template <class Op>
 struct PrefetchRows<Op, std::void_t<decltype(Op::kPrefetchRows)>>
     : std::bool_constant<Op::kPrefetchRows> {};
 template <class Op, class = void>
+struct NarrowingsOf {
+  using type = NoNarrowing;
+};
+template <class Op>
+struct NarrowingsOf<Op, std::void_t<typename Op::Narrowings>> {
+  using type = typename Op::Narrowings;
+};
+template <class Op, class = void>
 struct HasColumnParams : std::false_type {};
 template <class Op>
 struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
@@ -117,10 +130,15 @@ struct OpTraits {
 template <class Op>
 using OpOutElem = typename op_traits_detail::OutElemOf<Op>::type;
 
+template <class Op>
+using OpNarrowings = typename op_traits_detail::NarrowingsOf<Op>::type;
+
 // The problem types an op runs on.
 template <class Op>
-using RowArgsFor = RowArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut>;
+using RowArgsFor =
+    RowArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut, OpNarrowings<Op>>;
 template <class Op>
-using StridedArgsFor = StridedArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut>;
+using StridedArgsFor =
+    StridedArgs<typename Op::Elem, Op::kIn, OpOutElem<Op>, OpTraits<Op>::kOut, OpNarrowings<Op>>;
 
 }  // namespace rownorm

@@ -167,22 +167,20 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
 // input 0) serves all operands.
 template <class Args>
 int RowVecWidth(const Args& a) {
-  constexpr size_t kInBytes = sizeof(typename Args::InElem);
-  constexpr size_t kOutBytes = sizeof(typename Args::OutElem);
   for (int w = Args::kPackWidth; w > 1; w /= 2) {
     auto phase = [w](const void* p, size_t elem) {
       return static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / elem) % w);
     };
     auto stride_phase = [w](int64_t s) { return ((s % w) + w) % w; };
-    const int64_t p0 = phase(a.out[0], kOutBytes);
+    const int64_t p0 = phase(a.out[0], Args::OutBytes(0));
     const int64_t s0 = stride_phase(a.out_stride[0]);
     bool ok = true;
     for (int j = 0; j < Args::kNumOut; ++j) {
-      ok = ok && phase(a.out[j], kOutBytes) == p0 &&
+      ok = ok && phase(a.out[j], Args::OutBytes(j)) == p0 &&
            (a.rows == 1 || stride_phase(a.out_stride[j]) == s0);
     }
     for (int i = 0; i < Args::kNumIn; ++i) {
-      ok = ok && phase(a.in[i], kInBytes) == p0 &&
+      ok = ok && phase(a.in[i], Args::InBytes(i)) == p0 &&
            (a.rows == 1 || stride_phase(a.in_stride[i]) == s0);
     }
     if (ok) return w;

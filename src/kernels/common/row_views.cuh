@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/common/args.h"
+#include "kernels/common/operands.cuh"
 #include "kernels/common/pack.cuh"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/row_ops.h"
@@ -399,6 +400,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   template <int J, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {
     static_assert(J >= 0 && J < kOut, "the op has no such output");
+    if constexpr (Args::kMixed) {
+      StoreMixed<J>(f);
+      return;
+    }
     TOut* out = out_[J];
     this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
       Pack<TOut, kVec> o;
@@ -427,6 +432,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
       StoreTo<0>(g);
       return;
     }
+    if constexpr (Args::kMixed) {
+      StoreWithMixed(f, ps, g);
+      return;
+    }
     TOut* out = out_[0];
     this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
@@ -446,6 +455,46 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     });
     ForEachScalar([&](const Acc* x, int64_t col) {
       out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
+    });
+  }
+
+  // StoreTo and StoreWith of a mixed problem (args.h): each output in its own storage type
+  // (OutOffset, StoreOutPack, StoreOutScalar). Apart from the uniform ones above so that those
+  // compile as they did.
+  template <int J, typename F>
+  ROWNORM_DEVICE void StoreMixed(F f) {
+    TOut* out = out_[J];
+    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+      Acc x[kIn];
+      StoreOutPack<Args, J, kVec>(OutOffset<Args>(out, J, col0), [&](int e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        return f(static_cast<const Acc*>(x), col0 + e);
+      });
+    });
+    ForEachScalar([&](const Acc* x, int64_t col) {
+      StoreOutScalar<Args, J>(OutOffset<Args>(out, J, col), f(x, col));
+    });
+  }
+  template <typename F, class PS, class G>
+  ROWNORM_DEVICE void StoreWithMixed(F f, const PS& ps, G g) {
+    constexpr int K = PS::kCount;
+    TOut* out = out_[0];
+    this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
+      Acc pv[K][kVec];
+      this->Self().ParamPack(ps, k, col0, pv);
+      Acc x[kIn];
+      StoreOutPack<Args, 0, kVec>(OutOffset<Args>(out, 0, col0), [&](int e) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+        Acc pe[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
+        return f(static_cast<const Acc*>(x), col0 + e, pe);
+      });
+    });
+    ForEachScalar([&](const Acc* x, int64_t col) {
+      StoreOutScalar<Args, 0>(OutOffset<Args>(out, 0, col), g(x, col));
     });
   }
 
@@ -497,12 +546,17 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
         n_(args.n),
         row_(row),
         valid_(valid) {
+    static_assert(!Args::NarrowIn(0),
+                  "input 0, whose address gives the row's geometry, is "
+                  "not narrowed");
 #pragma unroll
-    for (int j = 0; j < kOut; ++j) out_[j] = args.out[j] + (valid ? row : 0) * args.out_stride[j];
+    for (int j = 0; j < kOut; ++j) {
+      out_[j] = OutOffset<Args>(args.out[j], j, (valid ? row : 0) * args.out_stride[j]);
+    }
   }
 
   ROWNORM_DEVICE static const TIn* In(const Args& args, int i, int64_t row, bool valid) {
-    return args.in[i] + (valid ? row : 0) * args.in_stride[i];
+    return InOffset<Args>(args.in[i], i, (valid ? row : 0) * args.in_stride[i]);
   }
 
   // g(x, col) for the head and tail scalars this thread owns.
@@ -566,8 +620,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   };
 
   ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
-    return LoadWith(team, args, row, valid,
-                    [](int, int, const TIn* src, Pack<TIn, kVec>& dst) { dst.Load(src); });
+    return LoadWith(team, args, row, valid, [](int, int i, const TIn* src, Pack<TIn, kVec>& dst) {
+      LoadInPack<Args>(src, i, dst);
+    });
   }
 
   using Stage = RowStage<Args, kVec, kVecs, Team::kThreads>;
@@ -575,6 +630,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,
                                       Stage& stage) {
+    static_assert(!Args::kMixed, "a stage holds packs of one type (plan.h stages no mixed rows)");
     const auto geo =
         RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const Ownership<Team, kVec> own(team, geo, true);
@@ -707,7 +763,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         const int64_t v = own.first_vec + k * Team::kThreads;
-        if (v < own.vec_end) g(k, i, p + geo.head + v * kVec);
+        if (v < own.vec_end) g(k, i, InOffset<Args>(p, i, geo.head + v * kVec));
       }
     }
   }
@@ -726,8 +782,10 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
 #pragma unroll
       for (int i = 0; i < kIn; ++i) {
         const TIn* p = Base::In(args, i, row, valid);
-        if (own.head_col >= 0) l.head[i] = p[own.head_col];
-        if (own.tail_col >= 0) l.tail[i] = p[own.tail_col];
+        if (own.head_col >= 0)
+          l.head[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.head_col), i);
+        if (own.tail_col >= 0)
+          l.tail[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.tail_col), i);
       }
     }
     return l;
@@ -764,14 +822,16 @@ class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec
     for (int64_t v = own_.first_vec; v < own_.vec_end; v += Team::kThreads) {
       Pack<TIn, kVec> p[kIn];
 #pragma unroll
-      for (int i = 0; i < kIn; ++i) p[i].Load(in_[i] + geo_.head + v * kVec);
+      for (int i = 0; i < kIn; ++i)
+        LoadInPack<Args>(InOffset<Args>(in_[i], i, geo_.head + v * kVec), i, p[i]);
       g(0, p, geo_.head + v * kVec);
     }
   }
   template <bool kTail>
   ROWNORM_DEVICE void LoadScalar(int64_t col, Acc (&x)[kIn]) const {
 #pragma unroll
-    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(in_[i][col]);
+    for (int i = 0; i < kIn; ++i)
+      x[i] = ToAcc(LoadInScalar<Args>(InOffset<Args>(in_[i], i, col), i));
   }
 
   // A thread's share of a streamed row is long (fp32 rows of 262145: 512 elements), and one
@@ -795,7 +855,9 @@ class StreamingRow : public PackedRow<StreamingRow<Args, kVec, Team>, Args, kVec
       for (int k = 0; k < kBlockPacks && v < own_.vec_end; ++k, v += Team::kThreads) {
         Pack<TIn, kVec> p[kIn];
 #pragma unroll
-        for (int i = 0; i < kIn; ++i) p[i].Load(in_[i] + geo_.head + v * kVec);
+        for (int i = 0; i < kIn; ++i) {
+          LoadInPack<Args>(InOffset<Args>(in_[i], i, geo_.head + v * kVec), i, p[i]);
+        }
         const int64_t col0 = geo_.head + v * kVec;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -857,6 +919,7 @@ class SharedRow : public PackedRow<SharedRow<Args, kVec, kVecs, Team>, Args, kVe
   // `stage`, which complete the current phase of `bar`.
   ROWNORM_DEVICE static void Issue(const Team& team, const Args& args, int64_t row, Stage& stage,
                                    uint64_t* bar) {
+    static_assert(!Args::kMixed, "a slice holds packs of one type (plan.h: no mixed rows here)");
     const TIn* row0 = Base::In(args, 0, row, true);
     const auto geo = RowGeometry<TIn, kVec>::template Of<false>(row0, args.n);
     using Own = Ownership<Team, kVec>;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/common/args.h"
+#include "kernels/common/operands.cuh"
 #include "kernels/common/row_ops.h"
 #include "kernels/common/types.cuh"
 
@@ -27,8 +28,8 @@ class CpuRow : public RowOps<CpuRow<Args>, double> {
 
   CpuRow(const Args& a, int64_t r) : d_(a.d), inner_(a.inner), index_(r) {
     const int64_t base = (r / a.inner) * a.d * a.inner + r % a.inner;
-    for (int i = 0; i < kIn; ++i) in_[i] = a.in[i] + base;
-    for (int j = 0; j < kOut; ++j) out_[j] = a.out[j] + base;
+    for (int i = 0; i < kIn; ++i) in_[i] = InOffset<Args>(a.in[i], i, base);
+    for (int j = 0; j < kOut; ++j) out_[j] = OutOffset<Args>(a.out[j], j, base);
   }
 
   int64_t Size() const { return d_; }
@@ -46,16 +47,18 @@ class CpuRow : public RowOps<CpuRow<Args>, double> {
   void ForEachValue(G g) const {
     Acc x[kIn];
     for (int64_t k = 0; k < d_; ++k) {
-      for (int i = 0; i < kIn; ++i) x[i] = static_cast<Acc>(ToAcc(in_[i][k * inner_]));
+      for (int i = 0; i < kIn; ++i) {
+        x[i] =
+            static_cast<Acc>(ToAcc(LoadInScalar<Args>(InOffset<Args>(in_[i], i, k * inner_), i)));
+      }
       g(static_cast<const Acc*>(x), k);
     }
   }
   template <int J, typename F>
   void StoreTo(F f) {
     static_assert(J >= 0 && J < kOut, "the op has no such output");
-    TOut* out = out_[J];
     ForEachValue([&](const Acc* x, int64_t k) {
-      out[k * inner_] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, k)));
+      StoreOutScalar<Args, J>(OutOffset<Args>(out_[J], J, k * inner_), f(x, k));
     });
   }
 
