@@ -10,7 +10,8 @@
 //             dw = Σ_rows dy⊙ŷ  (fused column sums where plan.h's PlanFusedSums takes them,
 //             else kernels/param_grad.h from the (0, r) saved per row here). The backward is
 //             that of the unrounded formula in both casting modes.
-//   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is), returns
+//   add_rms_norm: h = x + residual (rounded to T, as torch's x + residual is; float32 on the
+//             float32 residual stream of a 16-bit x, AddRmsNormFwdOp's R), returns
 //             (rms_norm(h), h): two outputs (the schema's and Python's `r`; h here, as r is
 //             the reciprocal RMS). Its backward is rms_norm's plus the gradient flowing into h
 //             from the second output.
@@ -78,12 +79,6 @@ struct RmsNormFwdOp {
   }
 };
 
-// in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
-// (no extra); add_rms_norm with kIn = 3 (extra = the gradient of the h output).
-//
-// Weight gradient: on the tiers that accumulate column sums (the *RowSumsKernel) the body adds
-// dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
-// in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
 // The float32 residual stream's backward (R = float with a 16-bit T): inputs (h, dy, dh) with
 // dy stored as T; dresidual in float (x's gradient is its rounding to T).
 template <typename T, typename R>
@@ -98,6 +93,12 @@ struct RmsNormBwdOperands<T, float> {
       std::conditional_t<std::is_same_v<T, float>, NoNarrowing, Narrowing<T, 0b010u, 0u>>;
 };
 
+// in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
+// (no extra); add_rms_norm with kIn = 3 (extra = the gradient of the h output).
+//
+// Weight gradient: on the tiers that accumulate column sums (the *RowSumsKernel) the body adds
+// dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
+// in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
 template <typename T, typename Acc, typename W, int kInputs, typename R = T>
 struct RmsNormBwdOp {
   using Elem = typename RmsNormBwdOperands<T, R>::Elem;
