@@ -142,38 +142,28 @@ std::tuple<Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& g
                                                  double weight_offset) {
   const DeviceScope scope(r);
   Tensor dr = NewLike(r);
-  const ScalarType pt = ParamDtype(r, {weight});
-  const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
-  const ScalarType grad_dtype = ParamGradDtype(r, pt, true);
+  // The parameters of a float32 r run in float32 (ParamDtype), and so does dweight.
+  const std::optional<Tensor> w[1] = {ParamAs(weight, ScalarType::Float)};
   std::array<Tensor, 2> g;
-  auto run = [&](auto tag, const auto& ins) {
+  auto run = [&](auto tag, const auto& p) {
     using T = decltype(tag);
-    constexpr int kIn = std::tuple_size_v<std::decay_t<decltype(ins)>>;
-    Tensor in[kIn];
-    for (int i = 0; i < kIn; ++i) in[i] = ins[i];
-    const Problem<kIn> p = MakeProblem(in, dim);
-    // RowNormGrads dispatches on r's dtype, float32 here: its other branches (which do not
-    // run) get the plain op of their type.
-    g = RowNormGrads<false>(
-        op, p, dr, pt, grad_dtype, weight_grad, false,
-        [&](auto rtag, auto wtag, auto acc, auto* stats) {
+    constexpr int kIn = std::tuple_size_v<decltype(p.in)>;
+    // The op holds every operand as float: element and parameter type float.
+    g = RowNormGradsAs<float, float, false>(
+        op, p, dr, ScalarType::Float, weight_grad, false, [&](auto, auto, auto acc, auto* stats) {
           using Acc = decltype(acc);
-          using W = decltype(wtag);
-          using R = decltype(rtag);
-          using Op =
-              std::conditional_t<std::is_same_v<R, float>, RmsNormBwdOp<T, Acc, W, kIn, float>,
-                                 RmsNormBwdOp<R, Acc, W, kIn>>;
-          return WithParams<Op, W>(static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
-                                   static_cast<Acc>(weight_offset), stats);
+          return WithParams<RmsNormBwdOp<T, Acc, float, kIn, float>, float>(
+              static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
+              static_cast<Acc>(weight_offset), stats);
         });
   };
   DispatchFloating(grad.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
       if (grad_residual.has_value()) {
-        run(tag, std::array<Tensor, 3>{r, grad, *grad_residual});
+        run(tag, MakeProblem<3>({r, grad, *grad_residual}, dim));
       } else {
-        run(tag, std::array<Tensor, 2>{r, grad});
+        run(tag, MakeProblem<2>({r, grad}, dim));
       }
     }
   });

@@ -469,6 +469,33 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
   return {dw, db};
 }
 
+// RowNormGrads for element type T (x's; float for the float32 residual stream, whose ops hold
+// every operand as float) and parameter type W.
+template <typename T, typename W, bool kStrided, int kIn, class MakeOp>
+std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p, const Tensor& dx,
+                                     ScalarType grad_dtype, bool want_w, bool want_b, MakeOp make,
+                                     const std::optional<Tensor>& saved = std::nullopt) {
+  const Tensor& x = p.in[0];
+  const bool empty = x.numel() == 0;
+  if constexpr (!std::is_same_v<T, double>) {  // float64 has no fused path
+    if ((want_w || want_b) && !empty) {
+      const auto op = make(T{}, W{}, float{}, static_cast<float*>(nullptr));
+      const std::optional<std::array<Tensor, 2>> grads =
+          FusedParamGrads<W>(name, p, dx, op, want_w, want_b, grad_dtype);
+      if (grads.has_value()) return *grads;
+    }
+  }
+  const bool save_stats = want_w && !empty && !saved.has_value();
+  Tensor stats = saved.has_value() ? *saved : NewStats(x, save_stats ? p.outer * p.inner : 0);
+  if (!empty) {
+    RunOp<T, kStrided>(name, p, {dx}, [&](auto acc) {
+      using Acc = decltype(acc);
+      return make(T{}, W{}, acc, save_stats ? static_cast<Acc*>(stats.data_ptr()) : nullptr);
+    });
+  }
+  return ParamGrads<T, W>(name, p, stats, want_w, want_b, grad_dtype);
+}
+
 // The backward of a normalization with per-column parameters (rms_norm, add_rms_norm,
 // layer_norm): writes dx (a new tensor of x's shape) and returns {dweight, dbias} as
 // ParamGrads does, in `grad_dtype` (ParamGradDtype). Where a parameter gradient is wanted and
@@ -484,39 +511,12 @@ std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, cons
                                    ScalarType param_dtype, ScalarType grad_dtype, bool want_w,
                                    bool want_b, MakeOp make,
                                    const std::optional<Tensor>& saved = std::nullopt) {
-  const Tensor& x = p.in[0];
-  const bool empty = x.numel() == 0;
-  if ((want_w || want_b) && !empty) {
-    std::optional<std::array<Tensor, 2>> grads;
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {  // float64 has no fused path
-        DispatchParam<T>(param_dtype, [&](auto wtag) {
-          const auto op = make(tag, wtag, float{}, static_cast<float*>(nullptr));
-          grads = FusedParamGrads<decltype(wtag)>(name, p, dx, op, want_w, want_b, grad_dtype);
-        });
-      }
-    });
-    if (grads.has_value()) return *grads;
-  }
-  const bool save_stats = want_w && !empty && !saved.has_value();
-  Tensor stats = saved.has_value() ? *saved : NewStats(x, save_stats ? p.outer * p.inner : 0);
-  if (!empty) {
-    DispatchFloating(x.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      DispatchParam<T>(param_dtype, [&](auto wtag) {
-        RunOp<T, kStrided>(name, p, {dx}, [&](auto acc) {
-          using Acc = decltype(acc);
-          return make(tag, wtag, acc, save_stats ? static_cast<Acc*>(stats.data_ptr()) : nullptr);
-        });
-      });
-    });
-  }
   std::array<Tensor, 2> grads;
-  DispatchFloating(x.scalar_type(), [&](auto tag) {
+  DispatchFloating(p.in[0].scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     DispatchParam<T>(param_dtype, [&](auto wtag) {
-      grads = ParamGrads<T, decltype(wtag)>(name, p, stats, want_w, want_b, grad_dtype);
+      grads = RowNormGradsAs<T, decltype(wtag), kStrided>(name, p, dx, grad_dtype, want_w, want_b,
+                                                          make, saved);
     });
   });
   return grads;

@@ -15,13 +15,18 @@ namespace rownorm {
 ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 
-#define ROWNORM_INSTANTIATE(T, W)                               \
-  ROWNORM_INSTANTIATE_ROWS(AddRmsNormFwdOp<T, float, W, float>) \
-  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, W, 3, float>) \
-  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, W, 3, float>) \
-  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, W, 2, float>) \
-  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, W, 2, float>)
+#define ROWNORM_INSTANTIATE(T, W) ROWNORM_INSTANTIATE_ROWS(AddRmsNormFwdOp<T, float, W, float>)
 ROWNORM_FOR_EACH_16BIT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
+#undef ROWNORM_INSTANTIATE
+
+// The backward's weight runs in float32, r's parameter dtype (rms_norm.cpp).
+#define ROWNORM_INSTANTIATE(T)                                      \
+  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, float, 3, float>) \
+  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, float, 3, float>) \
+  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, float, 2, float>) \
+  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, float, 2, float>)
+ROWNORM_INSTANTIATE(__half)
+ROWNORM_INSTANTIATE(__nv_bfloat16)
 #undef ROWNORM_INSTANTIATE
 
 }  // namespace rownorm

@@ -79,18 +79,14 @@ struct RmsNormFwdOp {
   }
 };
 
-// The float32 residual stream's backward (R = float with a 16-bit T): inputs (h, dy, dh) with
-// dy stored as T; dresidual in float (x's gradient is its rounding to T).
-template <typename T, typename R>
-struct RmsNormBwdOperands {
-  using Elem = T;
-  using Narrowings = NoNarrowing;
-};
-template <typename T>
-struct RmsNormBwdOperands<T, float> {
-  using Elem = float;
+// The operand types of a body whose x has type T on a residual stream of type R: T, or float for
+// the float32 residual stream of a 16-bit x. There the problem is mixed (args.h): its register
+// type is float, and the operands in kInMask / kOutMask (those of x's dtype) are stored as T.
+template <typename T, typename R, unsigned kInMask, unsigned kOutMask>
+struct StreamOperands {
+  using Elem = R;
   using Narrowings =
-      std::conditional_t<std::is_same_v<T, float>, NoNarrowing, Narrowing<T, 0b010u, 0u>>;
+      std::conditional_t<std::is_same_v<T, R>, NoNarrowing, Narrowing<T, kInMask, kOutMask>>;
 };
 
 // in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
@@ -99,10 +95,14 @@ struct RmsNormBwdOperands<T, float> {
 // Weight gradient: on the tiers that accumulate column sums (the *RowSumsKernel) the body adds
 // dy⊙x·r to them (Σ over the CTA's rows: one chunk partial); elsewhere it saves (0, r) per row
 // in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
+//
+// R = float with a 16-bit T (the float32 residual stream): inputs (h, dy, dh) with dy stored as
+// T; dresidual in float (x's gradient is its rounding to T).
 template <typename T, typename Acc, typename W, int kInputs, typename R = T>
 struct RmsNormBwdOp {
-  using Elem = typename RmsNormBwdOperands<T, R>::Elem;
-  using Narrowings = typename RmsNormBwdOperands<T, R>::Narrowings;
+  using Operands = StreamOperands<T, R, 0b010u, 0u>;
+  using Elem = typename Operands::Elem;
+  using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = kInputs;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
   // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
@@ -155,25 +155,13 @@ struct RmsNormBwdOp {
   }
 };
 
-// x + residual in the residual's type R: T, or float for the float32 residual stream of a
-// 16-bit x. There the problem is mixed (args.h): its register type is float, the inputs are
-// (residual, x), input 1 and output 0 (the norm) stored as T, output 1 (h) as float.
-template <typename T, typename R>
-struct AddRmsNormOperands {
-  using Elem = T;
-  using Narrowings = NoNarrowing;
-};
-template <typename T>
-struct AddRmsNormOperands<T, float> {
-  using Elem = float;
-  using Narrowings =
-      std::conditional_t<std::is_same_v<T, float>, NoNarrowing, Narrowing<T, 0b10u, 0b01u>>;
-};
-
+// x + residual in the residual's type R (StreamOperands). On the float32 residual stream the
+// inputs are (residual, x), input 1 and output 0 (the norm) stored as T, output 1 (h) as float.
 template <typename T, typename Acc, typename W, typename R = T>
 struct AddRmsNormFwdOp {
-  using Elem = typename AddRmsNormOperands<T, R>::Elem;
-  using Narrowings = typename AddRmsNormOperands<T, R>::Narrowings;
+  using Operands = StreamOperands<T, R, 0b10u, 0b01u>;
+  using Elem = typename Operands::Elem;
+  using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
   Acc eps;

@@ -402,23 +402,23 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     static_assert(J >= 0 && J < kOut, "the op has no such output");
     if constexpr (Args::kMixed) {
       StoreMixed<J>(f);
-      return;
+    } else {
+      TOut* out = out_[J];
+      this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
+        Pack<TOut, kVec> o;
+        Acc x[kIn];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+          o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e)));
+        }
+        o.Store(out + col0);
+      });
+      ForEachScalar([&](const Acc* x, int64_t col) {
+        out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, col)));
+      });
     }
-    TOut* out = out_[J];
-    this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
-      Pack<TOut, kVec> o;
-      Acc x[kIn];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-#pragma unroll
-        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-        o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e)));
-      }
-      o.Store(out + col0);
-    });
-    ForEachScalar([&](const Acc* x, int64_t col) {
-      out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(f(x, col)));
-    });
   }
 
   // Output 0 at col = f(x, col, p), p[j] = parameter j at col (StoreWith in row_ops.h), the
@@ -434,28 +434,28 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     }
     if constexpr (Args::kMixed) {
       StoreWithMixed(f, ps, g);
-      return;
+    } else {
+      TOut* out = out_[0];
+      this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
+        Acc pv[K][kVec];
+        this->Self().ParamPack(ps, k, col0, pv);
+        Pack<TOut, kVec> o;
+        Acc x[kIn];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+          Acc pe[K];
+#pragma unroll
+          for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
+          o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
+        }
+        o.Store(out + col0);
+      });
+      ForEachScalar([&](const Acc* x, int64_t col) {
+        out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
+      });
     }
-    TOut* out = out_[0];
-    this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
-      Acc pv[K][kVec];
-      this->Self().ParamPack(ps, k, col0, pv);
-      Pack<TOut, kVec> o;
-      Acc x[kIn];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-#pragma unroll
-        for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-        Acc pe[K];
-#pragma unroll
-        for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
-        o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
-      }
-      o.Store(out + col0);
-    });
-    ForEachScalar([&](const Acc* x, int64_t col) {
-      out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
-    });
   }
 
   // StoreTo and StoreWith of a mixed problem (args.h): each output in its own storage type
