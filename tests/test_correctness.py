@@ -118,8 +118,9 @@ def test_poisoned_outputs(device, op_id):
                                else None, dim=dim, what=what)  # fmt: skip
             dys = tuple(randn(o.shape, o.dtype, device) for o in outs)
             n = x.shape[dim]
-            dx = outs_like[-1]  # x's dtype; add_rms_norm's d_r has r's
-            poison_blocks([(x.shape, dx)] * 2 + [((n,), param_grad_dtype(inp))] * 3, device)
+            # dx in x's dtype; add_rms_norm's d_r in r's (on the float32 residual stream both)
+            rows = [(x.shape, dt) for dt in dict.fromkeys(outs_like)]
+            poison_blocks(rows * 2 + [((n,), param_grad_dtype(inp))] * 3, device)
             got = case.raw_backward(dys, inp, dim, outs, frozenset(op.params))
             for name, g in got.items():
                 assert not torch.isnan(g).any(), f"{what}: d{name} has unwritten elements"
@@ -386,6 +387,50 @@ def test_casting_modes(device, fn):
     rounded = (yhat * (1 + w).float()).to(torch.bfloat16)  # 1 + w made in bf16 first
     assert (out != exact).float().mean() < 0.01
     assert not torch.equal(exact, rounded), "the probe must tell the two apart"
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_residual_stream_backward_ops_agree(device, x_dtype):
+    """On the float32 residual stream add_rms_norm_stream_backward (what autograd runs) returns
+    add_rms_norm_backward's d_r and dweight bit for bit, and x's gradient: d_r rounded to x's
+    dtype, written by the same pass; on every tier (rows of 96 to 32768, grad_residual given or
+    not, dweight requested or not, odd row counts and a misaligned row start)."""
+    stream_op = torch.ops.rownorm.add_rms_norm_stream_backward.default
+    op = torch.ops.rownorm.add_rms_norm_backward.default
+    shapes = [(9, 96), (33, 1000), (16, 4096), (5, 32768)]
+    if torch.device(device).type == "cpu":
+        shapes = shapes[:2]
+    for (m, n), weight_grad, with_dr in itertools.product(shapes, (True, False), (True, False)):
+        x = randn((m, n), x_dtype, device)
+        r = x.float() + randn((m, n), torch.float32, device)
+        dy = randn((m, n), x_dtype, device)
+        dr_in = randn((m, n), torch.float32, device) if with_dr else None
+        w = 1 + 0.1 * randn((n,), x_dtype, device)
+        if (m, n) == (33, 1000):  # rows that start off the 16-byte grid
+            r = randn((m * n + 1,), torch.float32, device)[1:].view(m, n)
+        args = (dy, dr_in, r, w, 1e-6, weight_grad)
+        dr, dx, dw = stream_op(*args)
+        dr2, dw2 = op(*args)
+        what = f"{(m, n)} weight_grad={weight_grad} grad_residual={with_dr}"
+        assert dr.dtype == torch.float32 and dx.dtype == x_dtype, what
+        assert torch.equal(dr, dr2), what
+        assert torch.equal(dx, dr.to(x_dtype)), what
+        assert torch.equal(dw, dw2), what
+        assert dw.shape == ((n,) if weight_grad else (0,)), what
+
+
+def test_residual_stream_backward_needs_the_stream():
+    """add_rms_norm_stream_backward takes only the float32 residual stream's dtypes, with the
+    same message from the kernel (CPU) and the fake (meta)."""
+    stream_op = torch.ops.rownorm.add_rms_norm_stream_backward.default
+    for device in ("cpu", "meta"):
+        for g_dtype, r_dtype in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)):
+            dy = torch.zeros((3, 8), dtype=g_dtype, device=device)
+            r = torch.zeros((3, 8), dtype=r_dtype, device=device)
+            msg = (f"add_rms_norm_stream_backward: expected the float32 residual stream, grad "
+                   f"float16 or bfloat16 and r float32, got grad {str(g_dtype)[6:]}")  # fmt: skip
+            with pytest.raises(RuntimeError, match=msg):
+                stream_op(dy, None, r, None, 1e-6, False)
 
 
 @pytest.mark.parametrize("op_id", ["l2_normalize", "l1"])

@@ -80,7 +80,7 @@ def test_opcheck(device, op_id):
                                 for k, v in inp.items()}, dim)  # fmt: skip
             _check(op.op, args)
         case, args = _backward_args(op, inp, dim, requires_grad=False)
-        _check(case.backward_op, args)
+        _check(case.backward_op_for(inp), args)
 
 
 @pytest.mark.parametrize("op_id", [k for k, op in OPS.items() if op.name != "l2_normalize"])
@@ -173,6 +173,15 @@ WITH_STATS_SCHEMAS = {
                              "-> (Tensor y, Tensor stats)",
 }  # fmt: skip
 
+# Backward ops besides each op's <op>_backward: the float32 residual stream's, which autograd
+# runs for add_rms_norm there (the table's add_rms_norm_fp32_residual case runs it).
+MORE_BACKWARD_SCHEMAS = {
+    "add_rms_norm_stream_backward": "add_rms_norm_stream_backward(Tensor grad, "
+                                    "Tensor? grad_residual, Tensor r, Tensor? weight, float eps, "
+                                    "bool weight_grad, float weight_offset=0.) "
+                                    "-> (Tensor, Tensor, Tensor)",
+}  # fmt: skip
+
 # The diagnostics (rownorm.explain): text about the plan of a call, not row ops of the table.
 DIAGNOSTIC_SCHEMAS = {
     "plan_info": "plan_info(Tensor x, str op, int dim=-1, bool backward=False, "
@@ -184,13 +193,13 @@ DIAGNOSTIC_SCHEMAS = {
 
 def test_schemas():
     """The registered ops are exactly the table's ops and their backward ops plus the
-    saving forwards and the diagnostics, with these schemas (a snapshot of ``op._schema``,
-    compared parsed); none mutates its inputs."""
+    saving forwards, the residual stream's backward and the diagnostics, with these schemas
+    (a snapshot of ``op._schema``, compared parsed); none mutates its inputs."""
     names = [n for op in op_names() for n in (op, op + "_backward")]
     assert sorted(names) == sorted(SCHEMAS), "the op table and the schema snapshot differ"
     registered = sorted(n for n in dir(torch.ops.rownorm) if isinstance(
         getattr(torch.ops.rownorm, n, None), torch._ops.OpOverloadPacket))  # fmt: skip
-    everything = SCHEMAS | WITH_STATS_SCHEMAS | DIAGNOSTIC_SCHEMAS
+    everything = SCHEMAS | WITH_STATS_SCHEMAS | MORE_BACKWARD_SCHEMAS | DIAGNOSTIC_SCHEMAS
     assert registered == sorted(everything), f"registered ops: {registered}"
     for name, text in everything.items():
         schema = getattr(torch.ops.rownorm, name).default._schema

@@ -117,9 +117,22 @@ def residual_stream_dtype(op: str, name: str, other: torch.Tensor, x: torch.Tens
     16-bit x; its backward's grad may be 16-bit with a float32 r."""
     if op == "add_rms_norm" and name == "residual" and x.dtype in _16BIT:
         return torch.float32
-    if op == "add_rms_norm_backward" and name == "grad" and is_residual_stream(other, x):
+    stream_backward = op in ("add_rms_norm_backward", "add_rms_norm_stream_backward")
+    if stream_backward and name == "grad" and is_residual_stream(other, x):
         return other.dtype
     return None
+
+
+def check_residual_stream_backward(op: str, grad: torch.Tensor, r: torch.Tensor) -> None:
+    """add_rms_norm_stream_backward's inputs are the float32 residual stream's."""
+    torch._check(
+        is_residual_stream(grad, r),
+        lambda: (
+            f"{op}: expected the float32 residual stream, grad float16 or bfloat16 and r "
+            f"float32, got grad {dtype_name(grad.dtype)} and r {dtype_name(r.dtype)} "
+            f"(add_rms_norm_backward serves the other dtypes)"
+        ),
+    )
 
 
 def check_param(

@@ -229,9 +229,9 @@ def add_rms_norm(
 
     Backward, given ``dout`` and ``dr`` (the gradient reaching ``r`` directly, e.g. through the
     next block's residual stream): ``d(x) = d(residual) = dr + rms_norm's dx(dout, r)``, and
-    ``dweight = Σ_rows dout⊙ŷ``. On the float32 residual stream ``d(residual)`` is float32, read
-    and written in the pass that reads ``dout`` as stored, and ``d(x)`` its rounding to x's
-    dtype (one more pass over it).
+    ``dweight = Σ_rows dout⊙ŷ``. On the float32 residual stream the pass that reads ``dout``
+    as stored writes both: ``d(residual)`` in float32 and ``d(x)``, its rounding to x's dtype
+    (``torch.ops.rownorm.add_rms_norm_stream_backward``).
 
     Args:
         x: float32, float16, bfloat16 or float64 tensor of any rank ≥ 1, on CPU or CUDA.

@@ -24,6 +24,7 @@ from rownorm._checks import (
     check_eps,
     check_like,
     check_param,
+    check_residual_stream_backward,
     check_row_stats,
     check_rowwise_input,
     check_weight_offset,
@@ -59,14 +60,14 @@ def _needs_input_grad(ctx, n: int) -> tuple[bool, ...]:
     return needs + (False,) * (n - len(needs))
 
 
-def _no_double_backward(op: str):
-    """An autograd formula for a ``*_backward`` op that has none: differentiating it again
+def _no_double_backward(op: str, backward_op: str):
+    """An autograd formula for a backward op of ``op`` that has none: differentiating it again
     (``create_graph=True`` then another backward) raises this error, where the dispatcher's
     autograd fallback would only warn and drop that gradient."""
 
     def backward(ctx, *grads):
         raise NotImplementedError(
-            f"double backward of {op} is not supported: rownorm's {op}_backward op has no "
+            f"double backward of {op} is not supported: rownorm's {backward_op} op has no "
             f"derivative (only l2_normalize has one). For higher-order gradients, use the "
             f"equivalent PyTorch ops (e.g. torch.nn.functional) for {op}."
         )
@@ -74,8 +75,9 @@ def _no_double_backward(op: str):
     return backward
 
 
-def _register_no_double_backward(op: str) -> None:
-    _register_autograd(f"rownorm::{op}_backward", _no_double_backward(op))
+def _register_no_double_backward(op: str, backward_op: str | None = None) -> None:
+    backward_op = backward_op or f"{op}_backward"
+    _register_autograd(f"rownorm::{backward_op}", _no_double_backward(op, backward_op))
 
 
 # ---- registration shared by every op --------------------------------------------------------
@@ -198,6 +200,9 @@ def _fake(name: str):
         outs = [new_row_stats(x, dim) if stats else _new_like(x) for stats in row_outputs]
         if name == "add_rms_norm":  # r = x + residual has the residual's dtype
             outs[1] = _new_like(a["residual"])
+        if name == "add_rms_norm_stream_backward":  # (d_r, x's gradient in grad's dtype, ...)
+            check_residual_stream_backward(name, a["grad"], x)
+            outs[1] = _new_like(a["grad"])
         grad_dtype = param_grad_dtype(x, a.get("weight"), bias_grad_op="bias_grad" in flags)
         outs += [_param_grad(x, dim, a[flag], grad_dtype) for flag in flags]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -208,8 +213,11 @@ def _fake(name: str):
 # Forward ops that also return per-row statistics for their backward (what autograd runs; the
 # op of the same name without the suffix returns the output alone).
 _WITH_STATS = ("layer_norm_with_stats",)
+# Backward ops besides each op's ``<op>_backward``: the float32 residual stream's, which also
+# returns x's 16-bit gradient (what autograd runs for add_rms_norm there).
+_MORE_BACKWARDS = ("add_rms_norm_stream_backward",)
 
-for _op in (*_OPS, *(f"{op}_backward" for op in _OPS), *_WITH_STATS):
+for _op in (*_OPS, *(f"{op}_backward" for op in _OPS), *_WITH_STATS, *_MORE_BACKWARDS):
     _reject_unsupported(_op)
     torch.library.register_fake(f"rownorm::{_op}", _fake(_op), lib=_LIB)
 del _op
@@ -656,19 +664,24 @@ def _add_rms_norm_setup_context(ctx, inputs, output) -> None:
 def _add_rms_norm_backward(ctx, grad_out: torch.Tensor | None, grad_r: torch.Tensor | None):
     r, weight = ctx.saved_tensors
     need_x, need_res, need_w = _needs_input_grad(ctx, 3)
-    d_r = grad_w = None
+    # x and residual enter only through r = x + residual: both get d_r, x in its own dtype. On
+    # the float32 residual stream (r float32, x 16-bit) the stream's backward op writes both.
+    stream = r.dtype != ctx.x_dtype
+    d_r = grad_x = grad_w = None
     if grad_out is not None and (need_x or need_res or need_w):
-        d_r, dw = torch.ops.rownorm.add_rms_norm_backward(
-            grad_out, grad_r, r, weight, ctx.eps, need_w, ctx.weight_offset
-        )
+        if stream:
+            d_r, grad_x, dw = torch.ops.rownorm.add_rms_norm_stream_backward(
+                grad_out, grad_r, r, weight, ctx.eps, need_w, ctx.weight_offset
+            )
+        else:
+            d_r, dw = torch.ops.rownorm.add_rms_norm_backward(
+                grad_out, grad_r, r, weight, ctx.eps, need_w, ctx.weight_offset
+            )
+            grad_x = d_r
         grad_w = _cast_param_grad(dw, weight.dtype) if need_w else None
     elif grad_out is None:
         d_r = grad_r  # only r = x + residual reached the loss: the add's gradient
-    # x and residual enter only through r = x + residual: both get d_r (x in its own dtype on
-    # the float32 residual stream, where d_r is float32 like r: one more pass over it).
-    grad_x = d_r
-    if need_x and d_r is not None and d_r.dtype != ctx.x_dtype:
-        grad_x = d_r.to(ctx.x_dtype)
+        grad_x = d_r.to(ctx.x_dtype) if stream and need_x and d_r is not None else d_r
     return grad_x if need_x else None, d_r if need_res else None, grad_w, None, None, None
 
 
@@ -676,6 +689,7 @@ _register_autograd(
     "rownorm::add_rms_norm", _add_rms_norm_backward, setup_context=_add_rms_norm_setup_context
 )
 _register_no_double_backward("add_rms_norm")
+_register_no_double_backward("add_rms_norm", "add_rms_norm_stream_backward")
 
 # ---- vmap batching rules ------------------------------------------------------------------
 #

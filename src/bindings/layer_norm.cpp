@@ -51,7 +51,7 @@ std::tuple<Tensor, Tensor, Tensor> LayerNormBackward(Tensor grad, Tensor x, Tens
   // the weight in float32 where the bias is float32 and the weight 16-bit); without one, the
   // bias's dtype is not known here: float32.
   const std::array<Tensor, 2> g = RowNormGrads<true>(
-      kOp, p, dx, pt, ParamGradDtype(x, pt, weight.has_value()), weight_grad, bias_grad,
+      kOp, p, {dx}, pt, ParamGradDtype(x, pt, weight.has_value()), weight_grad, bias_grad,
       [&](auto tag, auto wtag, auto acc, auto*) {
         using Acc = decltype(acc);
         using W = decltype(wtag);

@@ -45,6 +45,13 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def(
       "add_rms_norm_backward(Tensor grad, Tensor? grad_residual, Tensor r, Tensor? weight, "
       "float eps, bool weight_grad, float weight_offset=0.) -> (Tensor, Tensor)");
+  // The float32 residual stream's backward (grad 16-bit, r and grad_residual float32), what
+  // autograd runs there: add_rms_norm_backward's d_r and dweight, and x's gradient, d_r in
+  // grad's dtype, written by the same pass: (d_r, d_x, dweight).
+  m.def(
+      "add_rms_norm_stream_backward(Tensor grad, Tensor? grad_residual, Tensor r, "
+      "Tensor? weight, float eps, bool weight_grad, float weight_offset=0.) "
+      "-> (Tensor, Tensor, Tensor)");
   // Diagnostics (explain.cpp): the plan a call of `op` on x gets, and the tier table alone.
   m.def(
       "plan_info(Tensor x, str op, int dim=-1, bool backward=False, bool param_grads=False) "

@@ -130,18 +130,18 @@ std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<T
   return {out[0], out[1]};
 }
 
-// add_rms_norm_backward on the float32 residual stream: d_r (float32, r's dtype) =
-// grad_residual + rms_norm's dx(grad, r), grad read as stored (x's 16-bit dtype), and dweight.
-// The weight runs in float32 (r's parameter dtype), so dweight comes back float32 (the
-// autograd formula casts it to a 16-bit weight's dtype).
-std::tuple<Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& grad,
-                                                 const std::optional<Tensor>& grad_residual,
-                                                 const Tensor& r,
-                                                 const std::optional<Tensor>& weight, int64_t dim,
-                                                 double eps, bool weight_grad,
-                                                 double weight_offset) {
+// The float32 residual stream's backward: d_r (float32, r's dtype) = grad_residual + rms_norm's
+// dx(grad, r) and x's gradient, the same values rounded to grad's (x's) 16-bit dtype, from one
+// pass that reads grad as stored; and dweight. The weight runs in float32 (r's parameter dtype),
+// so dweight comes back float32 (the autograd formula casts it to a 16-bit weight's dtype).
+std::tuple<Tensor, Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& grad,
+                                                         const std::optional<Tensor>& grad_residual,
+                                                         const Tensor& r,
+                                                         const std::optional<Tensor>& weight,
+                                                         int64_t dim, double eps, bool weight_grad,
+                                                         double weight_offset) {
   const DeviceScope scope(r);
-  Tensor dr = NewLike(r);
+  const Tensor outs[2] = {NewLike(r), NewLike(grad)};
   // The parameters of a float32 r run in float32 (ParamDtype), and so does dweight.
   const std::optional<Tensor> w[1] = {ParamAs(weight, ScalarType::Float)};
   std::array<Tensor, 2> g;
@@ -150,7 +150,7 @@ std::tuple<Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& g
     constexpr int kIn = std::tuple_size_v<decltype(p.in)>;
     // The op holds every operand as float: element and parameter type float.
     g = RowNormGradsAs<float, float, false>(
-        op, p, dr, ScalarType::Float, weight_grad, false, [&](auto, auto, auto acc, auto* stats) {
+        op, p, outs, ScalarType::Float, weight_grad, false, [&](auto, auto, auto acc, auto* stats) {
           using Acc = decltype(acc);
           return WithParams<RmsNormBwdOp<T, Acc, float, kIn, float>, float>(
               static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
@@ -167,7 +167,20 @@ std::tuple<Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& g
       }
     }
   });
-  return {dr, g[0]};
+  return {outs[0], outs[1], g[0]};
+}
+
+// The checks both backward ops share; returns the reduced dim. `stream`: whether grad and r are
+// the float32 residual stream's (grad 16-bit, r float32), which the checks then accept.
+int64_t CheckAddRmsNormBackward(const char* op, const Tensor& grad,
+                                const std::optional<Tensor>& grad_residual, const Tensor& r,
+                                const std::optional<Tensor>& weight, double eps, bool weight_grad,
+                                double weight_offset, bool stream) {
+  const int64_t dim =
+      CheckWeightedBackward(op, grad, grad_residual, "r", r, weight, -1, eps, weight_grad,
+                            stream ? std::optional(grad.scalar_type()) : std::nullopt);
+  CheckWeightOffset(op, weight, weight_offset);
+  return dim;
 }
 
 std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor> grad_residual,
@@ -176,13 +189,14 @@ std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor>
   constexpr const char* kOp = "add_rms_norm_backward";
   // The float32 residual stream: r (and grad_residual) float32, grad of x's 16-bit dtype.
   const bool stream = IsResidualStream(grad, r);
-  const int64_t dim =
-      CheckWeightedBackward(kOp, grad, grad_residual, "r", r, weight, -1, eps, weight_grad,
-                            stream ? std::optional(grad.scalar_type()) : std::nullopt);
-  CheckWeightOffset(kOp, weight, weight_offset);
+  const int64_t dim = CheckAddRmsNormBackward(kOp, grad, grad_residual, r, weight, eps, weight_grad,
+                                              weight_offset, stream);
   if (stream) {
-    return AddRmsNormStreamGrads(kOp, grad, grad_residual, r, weight, dim, eps, weight_grad,
-                                 weight_offset);
+    // The stream's one kernel also writes x's 16-bit gradient, which this op does not return
+    // (add_rms_norm_stream_backward does; autograd calls that one).
+    const auto [dr, dx, dw] = AddRmsNormStreamGrads(kOp, grad, grad_residual, r, weight, dim, eps,
+                                                    weight_grad, weight_offset);
+    return {dr, dw};
   }
   if (grad_residual.has_value()) {
     return RmsNormGrads<3>(kOp, {r, grad, *grad_residual}, weight, dim, eps, weight_grad,
@@ -191,12 +205,31 @@ std::tuple<Tensor, Tensor> AddRmsNormBackward(Tensor grad, std::optional<Tensor>
   return RmsNormGrads<2>(kOp, {r, grad}, weight, dim, eps, weight_grad, weight_offset);
 }
 
+std::tuple<Tensor, Tensor, Tensor> AddRmsNormStreamBackward(Tensor grad,
+                                                            std::optional<Tensor> grad_residual,
+                                                            Tensor r, std::optional<Tensor> weight,
+                                                            double eps, bool weight_grad,
+                                                            double weight_offset) {
+  constexpr const char* kOp = "add_rms_norm_stream_backward";
+  const bool stream = IsResidualStream(grad, r);
+  const int64_t dim = CheckAddRmsNormBackward(kOp, grad, grad_residual, r, weight, eps, weight_grad,
+                                              weight_offset, stream);
+  ROWNORM_CHECK(stream, kOp,
+                ": expected the float32 residual stream, grad float16 or bfloat16 and r "
+                "float32, got grad ",
+                DtypeName(grad.scalar_type()), " and r ", DtypeName(r.scalar_type()),
+                " (add_rms_norm_backward serves the other dtypes)");
+  return AddRmsNormStreamGrads(kOp, grad, grad_residual, r, weight, dim, eps, weight_grad,
+                               weight_offset);
+}
+
 template <class Library>
 void Impls(Library& m) {
   m.impl("rms_norm", TORCH_BOX(&RmsNorm));
   m.impl("rms_norm_backward", TORCH_BOX(&RmsNormBackward));
   m.impl("add_rms_norm", TORCH_BOX(&AddRmsNorm));
   m.impl("add_rms_norm_backward", TORCH_BOX(&AddRmsNormBackward));
+  m.impl("add_rms_norm_stream_backward", TORCH_BOX(&AddRmsNormStreamBackward));
 }
 
 }  // namespace

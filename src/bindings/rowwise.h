@@ -370,15 +370,17 @@ void WithParamGradOut(const Tensor& dw, const Tensor& db, bool want_w, bool want
 }
 
 // The fused path of parameter gradients (CUDA, row tiers): runs `op` (float accumulation, no
-// saved statistics) with column sums, writing dx; returns {dweight, dbias} in `grad_dtype` (the
-// parameters' W or float32; (d,), or (0,) when not requested), or nothing where the path does
-// not apply (then nothing ran).
-template <typename W, class Op, int kIn>
+// saved statistics) with column sums, writing its row outputs `outs` (dx); returns {dweight, dbias}
+// in `grad_dtype` (the parameters' W or float32; (d,), or (0,) when not requested), or nothing
+// where the path does not apply (then nothing ran).
+template <typename W, class Op, int kIn, int kOut>
 std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
-                                                     const Tensor& dx, const Op& op, bool want_w,
-                                                     bool want_b, ScalarType grad_dtype) {
+                                                     const Tensor (&outs)[kOut], const Op& op,
+                                                     bool want_w, bool want_b,
+                                                     ScalarType grad_dtype) {
   if (!p.cuda || !p.row_tiers) return std::nullopt;
-  const auto a = RowArgsOf<RowArgsFor<Op>>(p, {dx});
+  const Tensor& dx = outs[0];
+  const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
   std::optional<FusedSumPlan> plan;
   CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
   if (!plan.has_value()) return std::nullopt;
@@ -471,9 +473,10 @@ std::array<Tensor, 2> ParamGrads(const char* name, const Problem<kIn>& p, const 
 
 // RowNormGrads for element type T (x's; float for the float32 residual stream, whose ops hold
 // every operand as float) and parameter type W.
-template <typename T, typename W, bool kStrided, int kIn, class MakeOp>
-std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p, const Tensor& dx,
-                                     ScalarType grad_dtype, bool want_w, bool want_b, MakeOp make,
+template <typename T, typename W, bool kStrided, int kIn, int kOut, class MakeOp>
+std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p,
+                                     const Tensor (&outs)[kOut], ScalarType grad_dtype, bool want_w,
+                                     bool want_b, MakeOp make,
                                      const std::optional<Tensor>& saved = std::nullopt) {
   const Tensor& x = p.in[0];
   const bool empty = x.numel() == 0;
@@ -481,14 +484,14 @@ std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p, co
     if ((want_w || want_b) && !empty) {
       const auto op = make(T{}, W{}, float{}, static_cast<float*>(nullptr));
       const std::optional<std::array<Tensor, 2>> grads =
-          FusedParamGrads<W>(name, p, dx, op, want_w, want_b, grad_dtype);
+          FusedParamGrads<W>(name, p, outs, op, want_w, want_b, grad_dtype);
       if (grads.has_value()) return *grads;
     }
   }
   const bool save_stats = want_w && !empty && !saved.has_value();
   Tensor stats = saved.has_value() ? *saved : NewStats(x, save_stats ? p.outer * p.inner : 0);
   if (!empty) {
-    RunOp<T, kStrided>(name, p, {dx}, [&](auto acc) {
+    RunOp<T, kStrided>(name, p, outs, [&](auto acc) {
       using Acc = decltype(acc);
       return make(T{}, W{}, acc, save_stats ? static_cast<Acc*>(stats.data_ptr()) : nullptr);
     });
@@ -497,7 +500,8 @@ std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p, co
 }
 
 // The backward of a normalization with per-column parameters (rms_norm, add_rms_norm,
-// layer_norm): writes dx (a new tensor of x's shape) and returns {dweight, dbias} as
+// layer_norm): writes the op's row outputs `outs` (dx, a new tensor of x's shape; the float32
+// residual stream's backward also x's 16-bit gradient) and returns {dweight, dbias} as
 // ParamGrads does, in `grad_dtype` (ParamGradDtype). Where a parameter gradient is wanted and
 // PlanRowsWithSums plans the fused path, one pass writes dx and the column sums; otherwise the
 // backward op saves per-row statistics (when dweight is wanted) for ParamGrads. `make(T{}, W{},
@@ -506,16 +510,16 @@ std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p, co
 //
 // `saved`: the forward's per-row statistics (NewRowStats's layout), which the op reads itself;
 // then the two-pass path reads them too and `make` is given nullptr.
-template <bool kStrided, int kIn, class MakeOp>
-std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p, const Tensor& dx,
-                                   ScalarType param_dtype, ScalarType grad_dtype, bool want_w,
-                                   bool want_b, MakeOp make,
+template <bool kStrided, int kIn, int kOut, class MakeOp>
+std::array<Tensor, 2> RowNormGrads(const char* name, const Problem<kIn>& p,
+                                   const Tensor (&outs)[kOut], ScalarType param_dtype,
+                                   ScalarType grad_dtype, bool want_w, bool want_b, MakeOp make,
                                    const std::optional<Tensor>& saved = std::nullopt) {
   std::array<Tensor, 2> grads;
   DispatchFloating(p.in[0].scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     DispatchParam<T>(param_dtype, [&](auto wtag) {
-      grads = RowNormGradsAs<T, decltype(wtag), kStrided>(name, p, dx, grad_dtype, want_w, want_b,
+      grads = RowNormGradsAs<T, decltype(wtag), kStrided>(name, p, outs, grad_dtype, want_w, want_b,
                                                           make, saved);
     });
   });
@@ -632,7 +636,7 @@ std::array<Tensor, 3> RunParamGrads(const char* name, const Tensor (&ins)[kIn], 
   const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
   const Problem<kIn> p = MakeProblem(ins, dim);
   const std::array<Tensor, 2> grads = RowNormGrads<kStrided>(
-      name, p, dx, pt, ParamGradDtype(x, pt, true), want_w, want_b,
+      name, p, {dx}, pt, ParamGradDtype(x, pt, true), want_w, want_b,
       [&](auto tag, auto wtag, auto acc, auto* stats) {
         using Acc = decltype(acc);
         return WithParams<Op<decltype(tag), Acc, decltype(wtag)>, decltype(wtag)>(

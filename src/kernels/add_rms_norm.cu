@@ -1,7 +1,8 @@
 // Residual-add + RMSNorm launchers (last dim only, so rows only): add_rms_norm's forward body
 // and rms_norm's backward body with the third input (the gradient of x + residual); and, for a
 // 16-bit x with a float32 residual stream (R = float), both bodies on the mixed problems of
-// rms_norm.cuh (the backward with and without the gradient of h).
+// rms_norm.cuh (the backward with and without the gradient of h, writing d_r in float32 and
+// x's gradient in T from the same stores).
 #include "kernels/common/instantiate.cuh"
 #include "kernels/launch.h"
 #include "kernels/rms_norm.cuh"

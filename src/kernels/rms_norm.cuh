@@ -82,11 +82,14 @@ struct RmsNormFwdOp {
 // The operand types of a body whose x has type T on a residual stream of type R: T, or float for
 // the float32 residual stream of a 16-bit x. There the problem is mixed (args.h): its register
 // type is float, and the operands in kInMask / kOutMask (those of x's dtype) are stored as T.
-template <typename T, typename R, unsigned kInMask, unsigned kOutMask>
+// kCopy: on the stream, output 1 is output 0 again in T (args.h's Narrowing); kOut counts it.
+template <typename T, typename R, unsigned kInMask, unsigned kOutMask, bool kCopy = false>
 struct StreamOperands {
+  static constexpr bool kStream = !std::is_same_v<T, R>;
   using Elem = R;
   using Narrowings =
-      std::conditional_t<std::is_same_v<T, R>, NoNarrowing, Narrowing<T, kInMask, kOutMask>>;
+      std::conditional_t<kStream, Narrowing<T, kInMask, kOutMask, kCopy>, NoNarrowing>;
+  static constexpr int kCopies = kStream && kCopy ? 1 : 0;
 };
 
 // in = {x, dy, extra}: dx = rms_norm_backward(dy, x) + extra. rms_norm runs it with kIn = 2
@@ -97,13 +100,15 @@ struct StreamOperands {
 // in `stats` for kernels/param_grad.h. The binding sets at most one of the two.
 //
 // R = float with a 16-bit T (the float32 residual stream): inputs (h, dy, dh) with dy stored as
-// T; dresidual in float (x's gradient is its rounding to T).
+// T; outputs dresidual in float and x's gradient, the same values rounded to T, written by the
+// same stores.
 template <typename T, typename Acc, typename W, int kInputs, typename R = T>
 struct RmsNormBwdOp {
-  using Operands = StreamOperands<T, R, 0b010u, 0u>;
+  using Operands = StreamOperands<T, R, 0b010u, 0b10u, /*kCopy=*/true>;
   using Elem = typename Operands::Elem;
   using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = kInputs;
+  static constexpr int kOut = 1 + Operands::kCopies;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
   // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
   static constexpr bool kWideCluster = kInputs < 3;

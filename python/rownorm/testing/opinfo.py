@@ -325,16 +325,21 @@ class OpInfo:
     def backward_op(self) -> torch._ops.OpOverload:
         return getattr(torch.ops.rownorm, self.name + "_backward").default
 
+    def backward_op_for(self, inp: Inputs) -> torch._ops.OpOverload:
+        """The backward op that autograd runs for these inputs (``backward_op``, but for
+        add_rms_norm on the float32 residual stream)."""
+        return self.backward_op
+
     def raw(self, inp: Inputs, dim: int) -> tuple[torch.Tensor, ...]:
         out = self.op(*self.raw_args(inp, dim))
         return out if isinstance(out, tuple) else (out,)
 
     def raw_backward(self, dys, inp: Inputs, dim: int, outs, want=frozenset(), *, every=False):
-        """{name: gradient} from the ``*_backward`` op: the row inputs' and the parameter
+        """{name: gradient} from the backward op: the row inputs' and the parameter
         gradients in ``want`` (``every``: also the unrequested ones, of shape (0,))."""
         want = frozenset(want)
         result = self.unpack_backward(
-            self.backward_op(*self.backward_args(dys, inp, dim, outs, want)), inp
+            self.backward_op_for(inp)(*self.backward_args(dys, inp, dim, outs, want)), inp
         )
         return {k: v for k, v in result.items() if every or k in ROW_INPUTS or k in want}
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import rownorm
 from rownorm import reference as ref
+from rownorm._checks import is_residual_stream
 from rownorm.testing.opinfo import TOL, OpInfo, along, moved, sum_rows
 from rownorm.testing.samples import randn
 
@@ -300,11 +301,17 @@ class AddRmsNorm(_RmsOptions, OpInfo):
         w = inp.get("weight")
         return (dys[0], dys[1], outs[1], w, eps, "weight" in want, self.weight_offset)
 
+    def backward_op_for(self, inp):
+        if is_residual_stream(inp["x"], inp["residual"]):
+            return torch.ops.rownorm.add_rms_norm_stream_backward.default
+        return self.backward_op
+
     def unpack_backward(self, result, inp):
-        dr, dw = result
-        # d_r has r's dtype: x's gradient is its rounding to x's dtype (the float32 residual
-        # stream; autograd does the same).
-        return {"x": dr.to(inp["x"].dtype), "residual": dr, "weight": dw}
+        if len(result) == 3:  # the float32 residual stream's op: x's gradient in x's dtype
+            dr, dx, dw = result
+        else:  # d_r has r's dtype, which is x's
+            (dr, dw), dx = result, result[0]
+        return {"x": dx, "residual": dr, "weight": dw}
 
     def row_stat(self, out, inp, dim):
         if "weight" in inp:

@@ -25,12 +25,14 @@ constexpr int PackWidthOf() {
 }
 
 // Which operands of a problem are stored as N (bit i of kInMask: input i; of kOutMask: output
-// j); NoNarrowing: none.
-template <typename N, unsigned kInMask, unsigned kOutMask>
+// j); NoNarrowing: none. kCopy: output 1 is output 0 again in its own type, written by the
+// same stores (the residual stream's backward: d_r in float32 and x's gradient in 16 bits).
+template <typename N, unsigned kInMask, unsigned kOutMask, bool kCopy = false>
 struct Narrowing {
   using Narrow = N;
   static constexpr unsigned kIn = kInMask;
   static constexpr unsigned kOut = kOutMask;
+  static constexpr bool kOut1CopiesOut0 = kCopy;
 };
 using NoNarrowing = Narrowing<void, 0, 0>;
 
@@ -53,6 +55,8 @@ struct OperandTypes {
   static constexpr int kNumOut = kOut;
   static constexpr int kPackWidth = PackWidthOf<TIn, TOut>();
   static constexpr bool kMixed = Narrowed::kIn != 0 || Narrowed::kOut != 0;
+  static constexpr bool kOut1CopiesOut0 = Narrowed::kOut1CopiesOut0;
+  static_assert(!kOut1CopiesOut0 || (kMixed && kOut == 2), "a copy is a mixed problem's output 1");
   static_assert(NarrowerThan<Narrowed, TIn, kMixed>::value, "a narrowed operand is narrower");
 
   static constexpr bool NarrowIn(int i) { return (Narrowed::kIn >> i) & 1u; }

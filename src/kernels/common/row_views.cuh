@@ -459,43 +459,61 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // StoreTo and StoreWith of a mixed problem (args.h): each output in its own storage type
-  // (OutOffset, StoreOutPack, StoreOutScalar). Apart from the uniform ones above so that those
-  // compile as they did.
+  // (OutOffset, StoreOutPack, StoreOutScalar), output 1 by output 0's stores where it is output
+  // 0's copy (Args::kOut1CopiesOut0). Apart from the uniform ones above so that those compile
+  // as they did.
+  template <int J>
+  static constexpr bool kWithCopy = J == 0 && Args::kOut1CopiesOut0;
+
   template <int J, typename F>
   ROWNORM_DEVICE void StoreMixed(F f) {
-    TOut* out = out_[J];
+    static_assert(J != 1 || !Args::kOut1CopiesOut0, "output 1 is written with output 0");
     this->Self().ForEachPack([&](int, const InPacks& p, int64_t col0) {
-      Acc x[kIn];
-      StoreOutPack<Args, J, kVec>(OutOffset<Args>(out, J, col0), [&](int e) {
+      Acc y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        Acc x[kIn];
 #pragma unroll
         for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-        return f(static_cast<const Acc*>(x), col0 + e);
-      });
+        y[e] = f(static_cast<const Acc*>(x), col0 + e);
+      }
+      StoreMixedPack<J>(col0, y);
     });
-    ForEachScalar([&](const Acc* x, int64_t col) {
-      StoreOutScalar<Args, J>(OutOffset<Args>(out, J, col), f(x, col));
-    });
+    ForEachScalar([&](const Acc* x, int64_t col) { StoreMixedScalar<J>(col, f(x, col)); });
   }
   template <typename F, class PS, class G>
   ROWNORM_DEVICE void StoreWithMixed(F f, const PS& ps, G g) {
     constexpr int K = PS::kCount;
-    TOut* out = out_[0];
     this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
       this->Self().ParamPack(ps, k, col0, pv);
-      Acc x[kIn];
-      StoreOutPack<Args, 0, kVec>(OutOffset<Args>(out, 0, col0), [&](int e) {
+      Acc y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        Acc x[kIn];
 #pragma unroll
         for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
         Acc pe[K];
 #pragma unroll
         for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
-        return f(static_cast<const Acc*>(x), col0 + e, pe);
-      });
+        y[e] = f(static_cast<const Acc*>(x), col0 + e, pe);
+      }
+      StoreMixedPack<0>(col0, y);
     });
-    ForEachScalar([&](const Acc* x, int64_t col) {
-      StoreOutScalar<Args, 0>(OutOffset<Args>(out, 0, col), g(x, col));
-    });
+    ForEachScalar([&](const Acc* x, int64_t col) { StoreMixedScalar<0>(col, g(x, col)); });
+  }
+  // Output J's pack at col0 = y (and its copy), each rounded once to its storage type.
+  template <int J>
+  ROWNORM_DEVICE void StoreMixedPack(int64_t col0, const Acc (&y)[kVec]) {
+    StoreOutPack<Args, J, kVec>(OutOffset<Args>(out_[J], J, col0), [&](int e) { return y[e]; });
+    if constexpr (kWithCopy<J>) {
+      StoreOutPack<Args, 1, kVec>(OutOffset<Args>(out_[1], 1, col0), [&](int e) { return y[e]; });
+    }
+  }
+  template <int J>
+  ROWNORM_DEVICE void StoreMixedScalar(int64_t col, Acc v) {
+    StoreOutScalar<Args, J>(OutOffset<Args>(out_[J], J, col), v);
+    if constexpr (kWithCopy<J>) StoreOutScalar<Args, 1>(OutOffset<Args>(out_[1], 1, col), v);
   }
 
   // Whether ParamPack may read `ps` a pack at a time: every given parameter aligned like the

@@ -57,8 +57,13 @@ class CpuRow : public RowOps<CpuRow<Args>, double> {
   template <int J, typename F>
   void StoreTo(F f) {
     static_assert(J >= 0 && J < kOut, "the op has no such output");
+    static_assert(J != 1 || !Args::kOut1CopiesOut0, "output 1 is written with output 0");
     ForEachValue([&](const Acc* x, int64_t k) {
-      StoreOutScalar<Args, J>(OutOffset<Args>(out_[J], J, k * inner_), f(x, k));
+      const Acc v = f(x, k);
+      StoreOutScalar<Args, J>(OutOffset<Args>(out_[J], J, k * inner_), v);
+      if constexpr (J == 0 && Args::kOut1CopiesOut0) {
+        StoreOutScalar<Args, 1>(OutOffset<Args>(out_[1], 1, k * inner_), v);
+      }
     });
   }
 
