@@ -394,25 +394,29 @@ def test_residual_stream_backward_ops_agree(device, x_dtype):
     """On the float32 residual stream add_rms_norm_stream_backward (what autograd runs) returns
     add_rms_norm_backward's d_r and dweight bit for bit, and x's gradient: d_r rounded to x's
     dtype, written by the same pass; on every tier (rows of 96 to 32768, grad_residual given or
-    not, dweight requested or not, odd row counts and a misaligned row start)."""
+    not, dweight requested or not, odd row counts and a misaligned row start). dweight has the
+    weight's dtype: the parameters run as x's would (x's dtype, or float32)."""
     stream_op = torch.ops.rownorm.add_rms_norm_stream_backward.default
     op = torch.ops.rownorm.add_rms_norm_backward.default
     shapes = [(9, 96), (33, 1000), (16, 4096), (5, 32768)]
     if torch.device(device).type == "cpu":
         shapes = shapes[:2]
-    for (m, n), weight_grad, with_dr in itertools.product(shapes, (True, False), (True, False)):
+    flags = (True, False)
+    for (m, n), weight_grad, with_dr, w_dtype in itertools.product(
+        shapes, flags, flags, (x_dtype, torch.float32)
+    ):
         x = randn((m, n), x_dtype, device)
         r = x.float() + randn((m, n), torch.float32, device)
         dy = randn((m, n), x_dtype, device)
         dr_in = randn((m, n), torch.float32, device) if with_dr else None
-        w = 1 + 0.1 * randn((n,), x_dtype, device)
+        w = 1 + 0.1 * randn((n,), w_dtype, device)
         if (m, n) == (33, 1000):  # rows that start off the 16-byte grid
             r = randn((m * n + 1,), torch.float32, device)[1:].view(m, n)
         args = (dy, dr_in, r, w, 1e-6, weight_grad)
         dr, dx, dw = stream_op(*args)
         dr2, dw2 = op(*args)
-        what = f"{(m, n)} weight_grad={weight_grad} grad_residual={with_dr}"
-        assert dr.dtype == torch.float32 and dx.dtype == x_dtype, what
+        what = f"{(m, n)} weight_grad={weight_grad} grad_residual={with_dr} weight {w_dtype}"
+        assert dr.dtype == torch.float32 and dx.dtype == x_dtype and dw.dtype == w_dtype, what
         assert torch.equal(dr, dr2), what
         assert torch.equal(dx, dr.to(x_dtype)), what
         assert torch.equal(dw, dw2), what

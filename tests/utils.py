@@ -71,11 +71,10 @@ def raw_case(op: OpInfo, x: torch.Tensor) -> OpInfo:
 
 def param_grad_dtype(inp: dict) -> torch.dtype:
     """The dtype of the raw backward ops' parameter gradients for the inputs ``op.inputs``
-    makes (parameters of x's dtype): x's, written by the kernels' finalize; float32 on the
-    float32 residual stream, whose backward runs the parameters in r's dtype. (Mixed parameter
-    dtypes: test_correctness.test_layer_norm_mixed_param_dtypes.)"""
-    residual = inp.get("residual")
-    return residual.dtype if residual is not None else inp["x"].dtype
+    makes (parameters of x's dtype): x's, written by the kernels' finalize (on the float32
+    residual stream too: its parameters run as x's would). (Mixed parameter dtypes:
+    test_correctness.test_layer_norm_mixed_param_dtypes.)"""
+    return inp["x"].dtype
 
 
 def poison_blocks(blocks, device) -> set[int]:

@@ -203,7 +203,11 @@ def _fake(name: str):
         if name == "add_rms_norm_stream_backward":  # (d_r, x's gradient in grad's dtype, ...)
             check_residual_stream_backward(name, a["grad"], x)
             outs[1] = _new_like(a["grad"])
-        grad_dtype = param_grad_dtype(x, a.get("weight"), bias_grad_op="bias_grad" in flags)
+        # The float32 residual stream's parameters run as its 16-bit x's (grad's) would.
+        stream = "grad" in a and residual_stream_dtype(name, "grad", a["grad"], x) is not None
+        grad_dtype = param_grad_dtype(
+            a["grad"] if stream else x, a.get("weight"), bias_grad_op="bias_grad" in flags
+        )
         outs += [_param_grad(x, dim, a[flag], grad_dtype) for flag in flags]
         return outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -132,8 +132,8 @@ std::tuple<Tensor, Tensor> AddRmsNorm(Tensor x, Tensor residual, std::optional<T
 
 // The float32 residual stream's backward: d_r (float32, r's dtype) = grad_residual + rms_norm's
 // dx(grad, r) and x's gradient, the same values rounded to grad's (x's) 16-bit dtype, from one
-// pass that reads grad as stored; and dweight. The weight runs in float32 (r's parameter dtype),
-// so dweight comes back float32 (the autograd formula casts it to a 16-bit weight's dtype).
+// pass that reads grad as stored; and dweight. The parameters run as x's would (ParamDtype of
+// grad: in its dtype, or float32 beside a float32 weight), and dweight comes back in it.
 std::tuple<Tensor, Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const Tensor& grad,
                                                          const std::optional<Tensor>& grad_residual,
                                                          const Tensor& r,
@@ -142,20 +142,24 @@ std::tuple<Tensor, Tensor, Tensor> AddRmsNormStreamGrads(const char* op, const T
                                                          double weight_offset) {
   const DeviceScope scope(r);
   const Tensor outs[2] = {NewLike(r), NewLike(grad)};
-  // The parameters of a float32 r run in float32 (ParamDtype), and so does dweight.
-  const std::optional<Tensor> w[1] = {ParamAs(weight, ScalarType::Float)};
+  const ScalarType pt = ParamDtype(grad, {weight});
+  const std::optional<Tensor> w[1] = {ParamAs(weight, pt)};
   std::array<Tensor, 2> g;
   auto run = [&](auto tag, const auto& p) {
     using T = decltype(tag);
     constexpr int kIn = std::tuple_size_v<decltype(p.in)>;
-    // The op holds every operand as float: element and parameter type float.
-    g = RowNormGradsAs<float, float, false>(
-        op, p, outs, ScalarType::Float, weight_grad, false, [&](auto, auto, auto acc, auto* stats) {
-          using Acc = decltype(acc);
-          return WithParams<RmsNormBwdOp<T, Acc, float, kIn, float>, float>(
-              static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
-              static_cast<Acc>(weight_offset), stats);
-        });
+    DispatchParam<T>(pt, [&](auto wtag) {
+      using W = decltype(wtag);
+      // The op holds every operand as float: element type float.
+      g = RowNormGradsAs<float, W, false>(
+          op, p, outs, ParamGradDtype(grad, pt, true), weight_grad, false,
+          [&](auto, auto, auto acc, auto* stats) {
+            using Acc = decltype(acc);
+            return WithParams<RmsNormBwdOp<T, Acc, W, kIn, float>, W>(
+                static_cast<Acc>(eps), w, std::make_index_sequence<1>{},
+                static_cast<Acc>(weight_offset), stats);
+          });
+    });
   };
   DispatchFloating(grad.scalar_type(), [&](auto tag) {
     using T = decltype(tag);

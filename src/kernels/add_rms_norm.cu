@@ -20,14 +20,13 @@ ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 ROWNORM_FOR_EACH_16BIT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 
-// The backward's weight runs in float32, r's parameter dtype (rms_norm.cpp).
-#define ROWNORM_INSTANTIATE(T)                                      \
-  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, float, 3, float>) \
-  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, float, 3, float>) \
-  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, float, 2, float>) \
-  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, float, 2, float>)
-ROWNORM_INSTANTIATE(__half)
-ROWNORM_INSTANTIATE(__nv_bfloat16)
+// The backward's weight runs as x's would (rms_norm.cpp): in T or in float32.
+#define ROWNORM_INSTANTIATE(T, W)                               \
+  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, W, 3, float>) \
+  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, W, 3, float>) \
+  ROWNORM_INSTANTIATE_ROWS(RmsNormBwdOp<T, float, W, 2, float>) \
+  ROWNORM_INSTANTIATE_SUMS(RmsNormBwdOp<T, float, W, 2, float>)
+ROWNORM_FOR_EACH_16BIT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE
 
 }  // namespace rownorm

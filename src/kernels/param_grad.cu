@@ -243,6 +243,9 @@ template cudaError_t ParamGradFinalize<double, double>(const double*, int64_t, i
   template cudaError_t ParamGrad<T, AccType<T>, W>(const ParamGradArgs<T, AccType<T>>&, \
                                                    ParamGradOut<W>, AccType<T>*, cudaStream_t);
 ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
+// The float32 residual stream's two-pass path: float rows, a 16-bit weight's gradient.
+ROWNORM_INSTANTIATE(float, __half)
+ROWNORM_INSTANTIATE(float, __nv_bfloat16)
 #undef ROWNORM_INSTANTIATE
 
 }  // namespace rownorm

@@ -204,9 +204,8 @@ def check_backward(op: OpInfo, inp, dim: int, *, what: str = "", raw: bool = Tru
         want = frozenset(p for p in op.params if p in inp)
         detached = tuple(o.detach() for o in outs)
         got_raw = op.raw_backward(dys, inp, dim, detached, want)
-        # The backward op's x: add_rms_norm's r has the residual's dtype.
-        x = inp["residual"] if op.residual else inp["x"]
-        grad_dtype = param_grad_dtype(x, inp.get("weight"), bias_grad_op="bias" in inp)
+        # The parameters run as x's would (on add_rms_norm's float32 residual stream too).
+        grad_dtype = param_grad_dtype(inp["x"], inp.get("weight"), bias_grad_op="bias" in inp)
         for name in want:
             assert got_raw[name].dtype == grad_dtype, (
                 f"{op} {what} raw d{name}: {got_raw[name].dtype}"
