@@ -65,7 +65,9 @@ def main() -> int:
         f"rownorm {rownorm.build_info()['revision']}, torch {torch.__version__})",
         "",
         f"bf16 x, {args.elems} elements per shape, copy limit {copy_gbps:.0f} GB/s; µs (% of "
-        "copy). fwd: 12 B/element (8 on the bf16 stream); fwd+bwd: 32 (16).",
+        f"copy). fwd: {FWD_BYTES[torch.float32]} B/element ({FWD_BYTES[None]} on the bf16 "
+        f"stream); fwd+bwd: {FWD_BYTES[torch.float32] + BWD_BYTES[torch.float32]} "
+        f"({FWD_BYTES[None] + BWD_BYTES[None]}).",
         "",
         "| residual | N | pass | rownorm | eager | torch.compile |",
         "|---|---:|---|---:|---:|---:|",
