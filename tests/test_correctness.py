@@ -304,11 +304,15 @@ def test_layer_norm_slices_of_different_means(device):
     """Rows whose quarters have means 300, -250, 1000 and 5 (plus unit noise): on the cluster
     tier each CTA's slice has its own mean, and the row's variance must include the spread of
     those means as well as each slice's own spread (what a per-CTA statistic merged across the
-    cluster gets wrong when it drops a term). Lengths reach the CTA tier and clusters of 2 to
-    16 CTAs, aligned and odd."""
+    cluster gets wrong when it drops a term; on the wide CTA, whose threads' (count, mean, M2)
+    are merged in one all-reduce, each thread's values too). Lengths reach the CTA tier, the
+    wide CTA and clusters of 2 to 16 CTAs, aligned and odd."""
     gen = torch.Generator().manual_seed(0)
     offsets = torch.tensor([300.0, -250.0, 1000.0, 5.0], dtype=torch.float64)
-    shapes = {torch.float32: (8000, 20000, 65535, 131072), torch.bfloat16: (40000, 65536, 262144)}
+    shapes = {
+        torch.float32: (8000, 12001, 16384, 20000, 65535, 131072),
+        torch.bfloat16: (30001, 32768, 40000, 65536, 262144),
+    }
     for dtype, ns in shapes.items():
         for n in ns:
             x = torch.randn(3, n, dtype=torch.float64, generator=gen)
@@ -322,11 +326,11 @@ def test_layer_norm_constant_rows_inexact_sum(device):
     """Constant rows whose Σx/n rounds (float32 on CUDA, float64 on both): y = 0 and
     dx = (dy − mean dy)/sqrt(eps) as in torch's F.layer_norm (x − μ = 0 exactly; all NaN for
     eps = 0), not the ±1 that a mean off by one rounding gives (x − μ = ±δ, var = δ² ≫ eps).
-    Lengths reach the group, CTA and cluster tiers. (dx from the formula: torch's own float64
-    backward computes x·r − μ·r, which cancels catastrophically at |x| = 1e20.)"""
+    Lengths reach the group, CTA, wide CTA and cluster tiers. (dx from the formula: torch's own
+    float64 backward computes x·r − μ·r, which cancels catastrophically at |x| = 1e20.)"""
     cases = [(0.1, 0.0), (0.1, 1e-5), (1e20, 1e-5), (-3.3e4, 1e-5), (12345.678, 0.0)]
     for (c, eps), dtype, n in itertools.product(
-        cases, (torch.float32, torch.float64), (7, 1000, 4097, 40000)
+        cases, (torch.float32, torch.float64), (7, 1000, 4097, 12000, 40000)
     ):
         what = f"c={c} eps={eps} {dtype_id(dtype)} n={n}"
         x = torch.full((3, n), c, dtype=dtype, device=device)
