@@ -50,16 +50,19 @@ struct MomentsMergeOp {
   ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
     if (a[0] == 0) return b;
     if (b[0] == 0) return a;
+    // Element-wise selects: a reference to a or b picked at run time put both in local memory.
     const bool a_first = a[1] < b[1] || (a[1] == b[1] && a[0] <= b[0]);
-    const V& p = a_first ? a : b;
-    const V& q = a_first ? b : a;
-    const auto n = p[0] + q[0];
-    const auto d = q[1] - p[1];
-    const auto f = q[0] / n;
+    const auto pn = a_first ? a[0] : b[0];
+    const auto pm = a_first ? a[1] : b[1];
+    const auto qn = a_first ? b[0] : a[0];
+    const auto qm = a_first ? b[1] : a[1];
+    const auto n = pn + qn;
+    const auto d = qm - pm;
+    const auto f = qn / n;
     V r;
     r[0] = n;
-    r[1] = p[1] + d * f;
-    r[2] = (p[2] + q[2]) + d * d * p[0] * f;
+    r[1] = pm + d * f;
+    r[2] = (a[2] + b[2]) + d * d * pn * f;
     return r;
   }
   template <typename V>
