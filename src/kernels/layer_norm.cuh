@@ -16,15 +16,13 @@
 //             PlanFusedSums takes them, else kernels/param_grad.h from the same (μ, r))
 //
 // The forward runs both passes over the row where the tier caches it (registers), so the row is
-// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row,
-// but on the wide CTA (Row::kWideCta), alone on its SM, where the second barrier round leaves
-// the SM without loads in flight: there each thread makes its exact (count, mean, M2) in
-// registers and one all-reduce merges the triples (Chan et al.'s formula, MomentsMergeOp).
-// Merging measured slower on the cluster tier, although a second all-reduce costs a round trip
-// between the CTAs, and on the 4-pack CTA rows (benchmarks/results/h100/NOTES.md §6, §30, §33).
-// The backward reads the saved (μ, r) (8 bytes a row) instead of making them again, so it
-// reduces once per row, as rms_norm's does: its second all-reduce was a second barrier between
-// the loads and the stores.
+// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row:
+// merging per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured
+// slower on the cluster tier, although a second all-reduce costs a round trip between the CTAs,
+// and 1.2x slower on the wide CTA, although that CTA is alone on its SM while it waits at the
+// second barrier (benchmarks/results/h100/NOTES.md §6, §33). The backward reads the saved (μ, r)
+// (8 bytes a row) instead of making them again, so it reduces once per row, as rms_norm's
+// does: its second all-reduce was a second barrier between the loads and the stores.
 #pragma once
 
 #include <type_traits>
@@ -39,55 +37,6 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
   const Acc x0 = row.First();
   return x0 + row.Reduce(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; }) /
                   static_cast<Acc>(row.Size());
-}
-
-// (count, mean, M2 = Σ(x − mean)²) of two disjoint sets of values to those of their union
-// (Chan, Golub and LeVeque's pairwise update). Made symmetric, op(a, b) == op(b, a) bit for
-// bit, by ordering the operands, so that every lane of a butterfly all-reduce ends with the same
-// triple. A set of no values is the identity.
-struct MomentsMergeOp {
-  template <typename V>
-  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
-    if (a[0] == 0) return b;
-    if (b[0] == 0) return a;
-    // Element-wise selects: a reference to a or b picked at run time put both in local memory.
-    const bool a_first = a[1] < b[1] || (a[1] == b[1] && a[0] <= b[0]);
-    const auto pn = a_first ? a[0] : b[0];
-    const auto pm = a_first ? a[1] : b[1];
-    const auto qn = a_first ? b[0] : a[0];
-    const auto qm = a_first ? b[1] : a[1];
-    const auto n = pn + qn;
-    const auto d = qm - pm;
-    const auto f = qn / n;
-    V r;
-    r[0] = n;
-    r[1] = pm + d * f;
-    r[2] = (a[2] + b[2]) + d * d * pn * f;
-    return r;
-  }
-  template <typename V>
-  ROWNORM_HOST_DEVICE static V Identity() {
-    V r;
-    r[0] = r[1] = r[2] = 0;
-    return r;
-  }
-};
-
-// The row's (μ, var) from one all-reduce (the wide CTA's rows): each thread's exact (count,
-// mean, M2) over its values, shifted by the row's first element x₀ as ShiftedMean is (so a
-// constant row gives μ = x₀ and var = 0 exactly), merged by MomentsMergeOp.
-template <class Row, typename Acc = typename Row::Acc>
-ROWNORM_HOST_DEVICE Array<Acc, 2> MergedMoments(Row& row) {
-  const Acc x0 = row.First();
-  const Acc n_t = row.ReduceLocal(SumOp{}, [](const Acc*, int64_t) { return Acc(1); });
-  const Acc s_t = row.ReduceLocal(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; });
-  const Acc m_t = n_t > 0 ? x0 + s_t / n_t : Acc(0);
-  const Acc m2_t = row.ReduceLocal(SumOp{}, [m_t](const Acc* x, int64_t) {
-    const Acc d = x[0] - m_t;
-    return d * d;
-  });
-  const Array<Acc, 3> s = row.AllReduce(Array<Acc, 3>{{n_t, m_t, m2_t}}, MomentsMergeOp{});
-  return {{s[1], s[2] / static_cast<Acc>(row.Size())}};
 }
 
 template <typename T, typename Acc, typename W>
@@ -105,20 +54,12 @@ struct LayerNormFwdOp {
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
-    Acc mu;
-    Acc var;
-    if constexpr (Row::kWideCta) {
-      const Array<Acc, 2> moments = MergedMoments(row);
-      mu = moments[0];
-      var = moments[1];
-    } else {
-      const Acc n = static_cast<Acc>(row.Size());
-      mu = ShiftedMean(row);
-      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-        const Acc d = x[0] - mu;
-        return d * d;
-      }) / n;
-    }
+    const Acc n = static_cast<Acc>(row.Size());
+    const Acc mu = ShiftedMean(row);
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;

@@ -32,8 +32,6 @@
 //                                 strided tile's spare lanes): a per-row side input (saved
 //                                 statistics) must not be read at Index() there;
 //   Row::kCached                  whether another Reduce is free (row in registers);
-//   Row::kWideCta                 whether the row is the wide CTA's (512 threads x 8 packs,
-//                                 alone on its SM: an all-reduce's barrier idles the SM);
 //   PrefersOneRound<Row>          whether an all-reduce is expensive (it crosses a cluster), so
 //                                 that statistics needing two are better made from
 //                                   row.ReduceLocal(op, f)  (this thread's elements only) and

@@ -34,7 +34,6 @@ class RowOps {
   using Acc = AccT;
   // Row views that differ override these (see op_traits.h and StoreWith below).
   static constexpr bool kOneRound = false;      // an all-reduce crosses a cluster
-  static constexpr bool kWideCta = false;       // one CTA of 512 threads x 8 packs: the SM's only
   static constexpr bool kPackedParams = false;  // StoreWith reads parameters a pack at a time
   static constexpr bool kSharedParams = false;  // ReduceWith reads them from shared memory
 

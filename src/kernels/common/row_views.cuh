@@ -23,7 +23,6 @@
 #include "kernels/common/args.h"
 #include "kernels/common/operands.cuh"
 #include "kernels/common/pack.cuh"
-#include "kernels/common/plan.h"
 #include "kernels/common/reduce.cuh"
 #include "kernels/common/row_ops.h"
 
@@ -627,10 +626,6 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   static constexpr int kIn = Base::kIn;
   static constexpr bool kCached = true;                 // another Reduce costs no memory traffic
   static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce crosses the cluster
-  // The wide CTA (plan.h: 16384 fp32 / 32768 16-bit elements) holds a row alone on its SM:
-  // while it waits at an all-reduce's barrier no loads are in flight there.
-  static constexpr bool kWideCta =
-      Team::kSlices == 1 && Team::kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
   static constexpr bool kPackedParams = true;
   static constexpr bool kSharedParams = kParamsCached;
 
