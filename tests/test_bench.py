@@ -438,6 +438,30 @@ def test_end_to_end(device: str, tmp_path) -> None:
     assert (tmp_path / "results.md").exists()
 
 
+def test_rounds_interleave_the_implementations(tmp_path, monkeypatch) -> None:
+    """With --rounds 3 each implementation that passed its check is timed once per round, the
+    order rotating from round to round, and its median over the rounds is reported. (Each
+    timing returns the next of 1, 2, 3, ... ms: rownorm gets 1, 4, 5 and eager 2, 3, 6.)"""
+    calls = []
+
+    def fake_time(self, cfg, fn, inputs, dys, rounds=1):
+        assert rounds == 3
+        calls.append(fn)
+        return float(len(calls))
+
+    monkeypatch.setattr(runner.Runner, "_time", fake_time)
+    rc = cli.main(
+        [*_RUN_ARGS, "--device", "cpu", "--ops", "rms_norm", "--modes", "fwd", "--rounds", "3"]
+        + ["--ns", "300", "--elems", "600", "--dtypes", "fp32", "--impls", "rownorm,eager"]
+        + ["--out", str(tmp_path), "--no-small-calls"]
+    )
+    assert rc == 0, rc
+    assert len(calls) == 6 and calls[0] is calls[3] is calls[4] and calls[1] is calls[2]
+    rows = {r["impl"]: float(r["ms"]) for r in _rows(tmp_path)}
+    assert rows["rownorm"] == 4.0 and sorted(rows.values()) == [3.0, 4.0], rows
+    assert "3 interleaved rounds" in (tmp_path / "results.md").read_text()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_end_to_end_seeds(device: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The seeds' workloads, shrunk to a few rows (same dims, dtypes, kwargs and params)."""

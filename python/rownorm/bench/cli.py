@@ -183,6 +183,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--min-reps", type=int, default=10, help="at least this many timed reps")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="time each configuration's implementations in this many interleaved rounds "
+        "(rep-ms split among them; the median is reported; default 3)",
+    )
+    p.add_argument(
         "--max-mem-gb",
         type=float,
         default=None,
@@ -224,6 +231,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.ns = args.ns or list(QUICK_NS if args.quick else GRID_NS)
     if any(n < 1 for n in args.ns):
         p.error("--ns: every N must be >= 1")
+    if args.rounds < 1:
+        p.error(f"--rounds: must be >= 1, got {args.rounds}")
     args.elems = args.elems or (QUICK_ELEMS if args.quick else GRID_ELEMS)
     if args.seeds is None:
         args.seeds = not args.quick or args.seeds_only
@@ -286,6 +295,7 @@ def main(argv: Sequence[str] | None = None, command: str | None = None) -> int:
         started=datetime.datetime.now().isoformat(timespec="seconds"),
         build=build_info(),
         ops=list(args.ops),
+        rounds=args.rounds,
     )
     specs = [OPS[o] for o in args.ops]
     unavailable = probe_impls(specs, args.impls, device)

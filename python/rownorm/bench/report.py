@@ -215,7 +215,13 @@ def render_markdown(results: Sequence[Result], info: RunInfo) -> str:
         f"- copy limit: {copy} (`dst.copy_(src)` of {_size(info.copy_bytes)}, bytes read + "
         "written, same run)",
         f"- time: median over reps, {info.timer}; the cache flushed before every rep by "
-        f"writing {_size(info.flush_bytes)}",
+        f"writing {_size(info.flush_bytes)}"
+        + (
+            f"; each configuration's implementations timed in {info.rounds} interleaved "
+            "rounds (their order rotating), the median of the rounds reported"
+            if info.rounds > 1
+            else ""
+        ),
         "- every implementation is checked against the float64 reference first "
         "(‖out − ref‖/‖ref‖ ≤ 1e-5 fp32, 1e-2 bf16/fp16, outputs and the gradients of x and "
         "of every parameter); one that fails is shown as FAIL and not timed",

@@ -8,6 +8,7 @@ import csv
 import dataclasses
 import gc
 import math
+import statistics
 import time
 from collections.abc import Sequence
 
@@ -45,6 +46,28 @@ CSV_FIELDS = (
     "setup_s",
     "wall_s",
 )
+
+
+@dataclasses.dataclass
+class _Checked:
+    """An implementation that passed the check (or fails it, with ``--time-failing``), to be
+    timed: its function, the check's error, status and note, and when its setup began."""
+
+    fn: Fn
+    err: float
+    status: str
+    note: str
+    setup_s: float
+    timing_s: float = 0.0  # the wall time of its rounds so far
+
+    def finish(self, run: Runner, cfg: Config, impl: Impl, ms: float | None) -> Result:
+        if ms is None:  # no round ran: an abort or the time budget came first
+            res = run._result(cfg, impl, None, self.err, "skipped", run.aborted or "time budget")
+        else:
+            res = run._result(cfg, impl, ms, self.err, self.status, self.note)
+        res.setup_s = self.setup_s
+        res.wall_s = self.setup_s + self.timing_s
+        return res
 
 
 @dataclasses.dataclass
@@ -166,6 +189,7 @@ class RunInfo:
     flush_bytes: int = 0
     copy_bytes: int = COPY_BYTES_CUDA
     timer: str = "CUDA events around the op alone"
+    rounds: int = 1  # interleaved rounds per configuration (--rounds)
     duration_s: float = 0.0
     notes: list[str] = dataclasses.field(default_factory=list)
     ops: list[str] = dataclasses.field(default_factory=list)
@@ -442,6 +466,11 @@ class Runner:
         )
 
     def _run_config(self, cfg: Config, done: int, total: int, width: int) -> int:
+        """Checks every implementation of ``cfg``, then times the ones that passed in
+        ``--rounds`` interleaved rounds (each a median over ``rep_ms / rounds`` of reps, the
+        implementations' order rotating from round to round) and reports each one's median
+        over the rounds: drift of the GPU (clocks, temperature, the machine) falls on every
+        implementation alike instead of on whichever was timed last."""
         gen = torch.Generator(device=self.device)
         gen.manual_seed(self.args.seed)
         inputs = cfg.spec.make_inputs(
@@ -454,49 +483,75 @@ class Runner:
                 torch.randn(x.shape, dtype=x.dtype, device=self.device, generator=gen)
                 for _ in range(cfg.spec.n_outputs)
             ]
+        tags = {}
+        checked: dict[str, Result | _Checked] = {}
         for impl in cfg.impls:
             done += 1
-            tag = f"[{done:>{width}}/{total}] {cfg.describe()} {impl.name}"
+            tags[impl.name] = f"[{done:>{width}}/{total}] {cfg.describe()} {impl.name}"
             if self.aborted:
-                self._skip(cfg, impl, self.aborted)
-                continue
-            if self.remaining_s() < self.args.reserve_s:
-                self._skip(cfg, impl, "time budget exhausted")
-                print(f"{tag}: skipped (time budget)", flush=True)
-                continue
-            try:
-                res = self._measure(cfg, impl, inputs, dys)
-            except torch.cuda.OutOfMemoryError as exc:
-                res = self._result(
-                    cfg,
-                    impl,
-                    None,
-                    None,
-                    "skipped",
-                    "out of memory: " + err_text(exc)[len("OutOfMemoryError: ") :][:120],
-                )
-            except Exception as exc:  # noqa: BLE001  (reported, not hidden)
-                res = self._result(cfg, impl, None, None, "error", err_text(exc))
-                if _is_fatal_device_error(exc):
-                    self.aborted = f"aborted after a CUDA error in {impl.name}"
-            self.add(res)
-            if res.status == "ok":
-                pct = f" ({res.pct:.0f}%)" if res.pct is not None else ""
-                print(
-                    f"{tag}: {res.ms:.4f} ms {res.gbps:.0f} GB/s{pct} err {res.rel_err:.1e}",
-                    flush=True,
+                checked[impl.name] = self._result(cfg, impl, None, None, "skipped", self.aborted)
+            elif self.remaining_s() < self.args.reserve_s:
+                checked[impl.name] = self._result(
+                    cfg, impl, None, None, "skipped", "time budget exhausted"
                 )
             else:
-                timed = f" {res.ms:.4f} ms" if res.ms else ""
-                print(f"{tag}: {res.status}{timed} {res.note}", flush=True)
-            if self.aborted:
-                print(f"    {self.aborted}: nothing more can run in this process", flush=True)
-            if res.status == "skipped":
-                free(self.device, full=True)  # after an OOM, before the next implementation
+                checked[impl.name] = self._guarded(cfg, impl, self._check, cfg, impl, inputs, dys)
+        pending = [i for i in cfg.impls if isinstance(checked[i.name], _Checked)]
+        times: dict[str, list[float]] = {i.name: [] for i in pending}
+        rounds = self.args.rounds
+        for r in range(rounds):
+            for k in range(len(pending)):
+                impl = pending[(k + r) % len(pending)]
+                state = checked[impl.name]
+                if not isinstance(state, _Checked) or self.aborted:
+                    continue
+                if r > 0 and self.remaining_s() < self.args.reserve_s:
+                    continue  # a budget cut short: the rounds timed so far
+                t0 = time.perf_counter()
+                ms = self._guarded(cfg, impl, self._time, cfg, state.fn, inputs, dys, rounds)
+                state.timing_s += time.perf_counter() - t0
+                if isinstance(ms, Result):  # an error or out of memory while timing
+                    checked[impl.name] = ms
+                else:
+                    times[impl.name].append(ms)
+        for impl in cfg.impls:
+            res = checked[impl.name]
+            if isinstance(res, _Checked):
+                ms_list = times[impl.name]
+                res = res.finish(self, cfg, impl, statistics.median(ms_list) if ms_list else None)
+            self._report(tags[impl.name], res)
         del inputs, dys
         if cfg.seed is not None and not self.aborted and self.remaining_s() >= self.args.reserve_s:
             self.add(self._same_bytes_copy(cfg))
         return done
+
+    def _guarded(self, cfg: Config, impl: Impl, step, *args):
+        """``step(*args)`` for ``impl``, or the Result of its failure: out of memory (skipped),
+        any other error; a CUDA error ends the process's measurements (``self.aborted``)."""
+        try:
+            return step(*args)
+        except torch.cuda.OutOfMemoryError as exc:
+            free(self.device, full=True)  # before the next implementation
+            why = err_text(exc)[len("OutOfMemoryError: ") :][:120]
+            return self._result(cfg, impl, None, None, "skipped", "out of memory: " + why)
+        except Exception as exc:  # noqa: BLE001  (reported, not hidden)
+            if _is_fatal_device_error(exc):
+                self.aborted = f"aborted after a CUDA error in {impl.name}"
+            return self._result(cfg, impl, None, None, "error", err_text(exc))
+
+    def _report(self, tag: str, res: Result) -> None:
+        self.add(res)
+        if res.status == "ok":
+            pct = f" ({res.pct:.0f}%)" if res.pct is not None else ""
+            print(
+                f"{tag}: {res.ms:.4f} ms {res.gbps:.0f} GB/s{pct} err {res.rel_err:.1e}",
+                flush=True,
+            )
+        else:
+            timed = f" {res.ms:.4f} ms" if res.ms else ""
+            print(f"{tag}: {res.status}{timed} {res.note}", flush=True)
+        if self.aborted and res.status == "error":
+            print(f"    {self.aborted}: nothing more can run in this process", flush=True)
 
     def _same_bytes_copy(self, cfg: Config) -> Result:
         """A copy moving a seed workload's bytes (half read, half written), timed like the ops:
@@ -510,10 +565,11 @@ class Runner:
             self.timer = Timer(self.device)
         return self.timer
 
-    def _measure(
+    def _check(
         self, cfg: Config, impl: Impl, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
-    ) -> Result:
-        """Checks one implementation against the reference, then times it if it passed.
+    ) -> Result | _Checked:
+        """Checks one implementation against the reference: the Result of one that is not to be
+        timed (unavailable, or failing without ``--time-failing``), else what timing it needs.
 
         ``setup_s`` is the wall time of making the function and its first (checked) call:
         torch.compile's compilation, Triton's JIT, the float64 reference."""
@@ -532,20 +588,24 @@ class Runner:
         note = "" if passed else f"rel err {detail} > tol {tol:.0e}"
         if not passed and not self.args.time_failing:
             res = self._result(cfg, impl, None, err, "FAIL", note + "; not timed")
-        else:
-            ms = self._time(cfg, fn, inputs, dys)
-            res = self._result(cfg, impl, ms, err, "ok" if passed else "FAIL", note)
-        res.setup_s = setup_s
-        res.wall_s = time.perf_counter() - t0
-        return res
+            res.setup_s = setup_s
+            res.wall_s = setup_s
+            return res
+        return _Checked(fn, err, "ok" if passed else "FAIL", note, setup_s)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def _time(
-        self, cfg: Config, fn: Fn, inputs: list[torch.Tensor], dys: list[torch.Tensor] | None
+        self,
+        cfg: Config,
+        fn: Fn,
+        inputs: list[torch.Tensor],
+        dys: list[torch.Tensor] | None,
+        rounds: int = 1,
     ) -> float:
+        """One round's median ms: ``rep_ms / rounds`` of timed reps (at least ``min_reps``)."""
         args = self.args
         return time_impl(
             self._timer(),
@@ -554,6 +614,6 @@ class Runner:
             cfg.mode,
             dys,
             warmup_ms=args.warmup_ms,
-            rep_ms=args.rep_ms,
+            rep_ms=args.rep_ms / rounds,
             min_reps=args.min_reps,
         )
