@@ -461,7 +461,8 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   // StoreTo and StoreWith of a mixed problem (args.h): each output in its own storage type
   // (OutOffset, StoreOutPack, StoreOutScalar), output 1 by output 0's stores where it is output
   // 0's copy (Args::kOut1CopiesOut0). Apart from the uniform ones above so that those compile
-  // as they did.
+  // as they did: serving uniform problems too, these changed the SASS of 522 uniform kernels
+  // (address arithmetic moved off the uniform datapath; benchmarks/results/h100/NOTES.md §33).
   template <int J>
   static constexpr bool kWithCopy = J == 0 && Args::kOut1CopiesOut0;
 
