@@ -16,7 +16,7 @@ import sys
 import pytest
 import rownorm
 import torch
-from utils import HAS_CUDA, cuda_only
+from utils import HAS_CUDA, cuda_only, dram_gbps_per_sm
 
 EXPLAINED_OPS = (
     "l2_normalize",
@@ -270,6 +270,8 @@ def test_explain_param_grads(op, dtype):
         if group4:
             lanes = max(int(row["lanes_per_row"]), 8)
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
+            # one partial per CTA: its 128 / lanes groups' 32 rows each
+            assert plan.chunk_rows == 128 // lanes * 32 and plan.chunks == 1, (m, plan.raw)
         if two_pack:
             threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
@@ -330,6 +332,12 @@ def test_explain_prefetch_stages():
     plan = rownorm.explain(x, "rms_norm", 1)
     assert (plan.kernel, plan.stages) == ("packed", 2) and "next 2 tiles" in str(plan)
     assert rownorm.explain(x, "rms_norm", 1, backward=True).stages is None
+    # 4-byte tiles only on GPUs of at least 30 GB/s of DRAM bandwidth per SM (the H200, not
+    # the H100)
+    x = torch.randn(4, 64, 256, device="cuda")
+    plan = rownorm.explain(x, "rms_norm", 1)
+    assert plan.kernel == "packed", plan.raw
+    assert plan.stages == (2 if dram_gbps_per_sm() >= 30 else None), (dram_gbps_per_sm(), plan.raw)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

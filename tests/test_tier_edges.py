@@ -29,6 +29,7 @@ from utils import (
     check_backward,
     check_forward,
     cuda_only,
+    dram_gbps_per_sm,
     dtype_id,
     families,
     gpu_rows,
@@ -214,14 +215,6 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
         assert torch.equal(a, c)
 
 
-def _dram_gbps_per_sm() -> float:
-    """The current GPU's peak DRAM bandwidth per SM in GB/s, as the planner reads it (two
-    transfers per memory clock over the bus width): where the wide CTA keeps its parameters.
-    0 where torch does not report them."""
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
-
-
 def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
     """The forwards that read per-column parameters, every output (no autograd)."""
     import rownorm
@@ -276,7 +269,7 @@ def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
                 assert all(p.params is None for p in plans[kind].values()), (n, plans[kind])
         if n % vec == 0 and wide:
             kept_plans += sum(p.params == "once" for p in plans["params"].values())
-            gbps = _dram_gbps_per_sm()
+            gbps = dram_gbps_per_sm()
             if gbps > 0:  # torch reports the memory clock and bus width (CUDA 13 may not)
                 unset = {op: plans[""][op].params for op in ("rms_norm", "layer_norm")}
                 want = "once" if gbps >= 30 else None

@@ -54,6 +54,15 @@ def cuda_only(obj):
     return pytest.mark.cuda(requires_cuda(obj))
 
 
+def dram_gbps_per_sm() -> float:
+    """The current GPU's peak DRAM bandwidth per SM in GB/s, as the planner reads it (two
+    transfers per memory clock over the bus width): where per-GPU rules of the plan switch
+    (the wide CTA's kept parameters, the strided prefetch of 4-byte tiles). 0 where torch does
+    not report them."""
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
+
+
 def dtype_id(dtype: torch.dtype) -> str:
     return DTYPE_IDS[dtype]
 

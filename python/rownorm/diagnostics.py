@@ -52,7 +52,8 @@ class Plan:
             the cluster tier, in shared memory); the row is read once.
         stages: rows (or strided tiles) kept in flight into shared memory ahead of the one
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
-            copies); None where loads go straight to registers.
+            copies; strided tiles of 4-byte elements only on GPUs of at least 30 GB/s of DRAM
+            bandwidth per SM); None where loads go straight to registers.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows, the
             forwards of rms_norm / layer_norm on the 512-thread x 8-pack CTA on GPUs of at
@@ -64,8 +65,8 @@ class Plan:
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
         chunks: fused: partials per column sum.
-        chunk_rows: fused, CTA and cluster tiers: rows per chunk (the rows one partial
-            sums, in order).
+        chunk_rows: fused: rows per chunk (the rows one partial sums, in order; on the
+            group tier a CTA's rows, which its groups take in turn).
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 

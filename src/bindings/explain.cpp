@@ -53,7 +53,9 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   if (!p.row_tiers) {
     ROWNORM_CHECK(kStrided, kName, ": internal error: the op reduces the last dim only");
     const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
-    return Describe(PlanStridedOp(a)) + size + two_pass;
+    StridedPlan plan;
+    CheckPlan(kName, PlanStrided<Op>(a, &plan));
+    return Describe(plan) + size + two_pass;
   }
   const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
   if constexpr (kSums && !std::is_same_v<T, double>) {

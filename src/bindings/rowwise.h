@@ -166,8 +166,10 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor (&outs)[kOut], 
     CheckLaunch(name, LaunchRows(a, op, plan, stream));
   } else if constexpr (kStrided) {
     const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
-    LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(PlanStridedOp(a)); });
-    CheckLaunch(name, LaunchStrided(a, op, stream));
+    StridedPlan plan;
+    CheckPlan(name, PlanStrided<Op>(a, &plan));
+    LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(plan); });
+    CheckLaunch(name, LaunchStrided(a, op, plan, stream));
   } else {
     ROWNORM_CHECK(false, name, ": internal error: no strided-dim kernel for this op");
   }

@@ -26,9 +26,13 @@ template <class Op>
 cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
                        cudaStream_t stream);
 
-// Runs `op` over dim d of contiguous (outer, d, inner) operands (the strided-dim path).
+// The strided-dim path over dim d of contiguous (outer, d, inner) operands: the plan of `args`
+// on the current device, and the launch of `op` as that plan says.
 template <class Op>
-cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, cudaStream_t stream);
+cudaError_t PlanStrided(const StridedArgsFor<Op>& args, StridedPlan* plan);
+template <class Op>
+cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, const StridedPlan& plan,
+                          cudaStream_t stream);
 
 // Ops with column sums (fused parameter gradients, OpTraits<Op>::kColumnSums): the fused plan
 // of `args`, or nothing where the fused path does not apply; and the launch as that plan says,
@@ -56,8 +60,13 @@ cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& 
   return LaunchRowOp(args, op, plan, stream);
 }
 template <class Op>
-cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, cudaStream_t stream) {
-  return LaunchStridedOp(args, op, stream);
+cudaError_t PlanStrided(const StridedArgsFor<Op>& args, StridedPlan* plan) {
+  return PlanStridedOnDevice(args, plan);
+}
+template <class Op>
+cudaError_t LaunchStrided(const StridedArgsFor<Op>& args, const Op& op, const StridedPlan& plan,
+                          cudaStream_t stream) {
+  return LaunchStridedOp(args, op, plan, stream);
 }
 template <class Op>
 cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumPlan>* plan) {
@@ -80,9 +89,10 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
   template cudaError_t PlanRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, RowPlan*);            \
   template cudaError_t LaunchRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, \
                                                const RowPlan&, cudaStream_t);
-#define ROWNORM_INSTANTIATE_STRIDED(...)                                              \
-  template cudaError_t LaunchStrided<__VA_ARGS__>(const StridedArgsFor<__VA_ARGS__>&, \
-                                                  const __VA_ARGS__&, cudaStream_t);
+#define ROWNORM_INSTANTIATE_STRIDED(...)                                                           \
+  template cudaError_t PlanStrided<__VA_ARGS__>(const StridedArgsFor<__VA_ARGS__>&, StridedPlan*); \
+  template cudaError_t LaunchStrided<__VA_ARGS__>(                                                 \
+      const StridedArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, const StridedPlan&, cudaStream_t);
 #define ROWNORM_INSTANTIATE_LAUNCH(...) \
   ROWNORM_INSTANTIATE_ROWS(__VA_ARGS__) ROWNORM_INSTANTIATE_STRIDED(__VA_ARGS__)
 #endif

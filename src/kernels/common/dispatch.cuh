@@ -836,15 +836,25 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
 }
 
 // ---------------------------------------------------------------------------------------
-// The strided-dim path (the plan is PlanStridedOp of plan.h).
+// The strided-dim path.
 
-// Runs `op` over dim d of contiguous (outer, d, inner) operands.
+// The plan of `a` on the current device (PlanStridedOp of plan.h).
+template <class Args>
+cudaError_t PlanStridedOnDevice(const Args& a, StridedPlan* plan) {
+  int device = 0;
+  DeviceInfo dev;
+  const cudaError_t err = GetDeviceInfo(&device, &dev);
+  if (err == cudaSuccess) *plan = PlanStridedOp(a, dev.dram_gbps_per_sm);
+  return err;
+}
+
+// Runs `op` over dim d of contiguous (outer, d, inner) operands as `plan` says.
 template <class Op, class Args>
-cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
+cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan,
+                            cudaStream_t stream) {
   if (a.outer == 0 || a.d == 0 || a.inner == 0) return cudaSuccess;
   constexpr int kTx = kStridedTx;
   constexpr int kTy = kStridedTy;
-  const StridedPlan plan = PlanStridedOp(a);
   const int64_t tiles = a.outer * ((a.inner + kTx - 1) / kTx);
   switch (plan.kernel) {
     case StridedKind::kPacked:
@@ -852,14 +862,17 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, cudaStream_t stream) {
         constexpr int kLanes = Args::kPackWidth;
         const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
         constexpr int kStages = StridedStages<Args>();
-        if constexpr (kStages > 0) {  // later tiles in flight
-          using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
-          bool launched = false;
-          const cudaError_t err = LaunchPersistent<
-              StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStages>,
-              kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream, &launched,
-                                                      a, op);
-          if (err != cudaSuccess || launched) return err;
+        if (plan.stages != 0 && plan.stages != kStages) return cudaErrorInvalidConfiguration;
+        if constexpr (kStages > 0) {
+          if (plan.stages == kStages) {  // later tiles in flight
+            using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
+            bool launched = false;
+            const cudaError_t err = LaunchPersistent<
+                StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStages>,
+                kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream,
+                                                        &launched, a, op);
+            if (err != cudaSuccess || launched) return err;
+          }
         }
         StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>
             <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);

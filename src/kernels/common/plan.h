@@ -208,7 +208,8 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 //
 // 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
 // while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
-// thread slots empty). A group runs 32 rows (groups are many).
+// thread slots empty). A group runs 32 rows (groups are many), and a CTA's groups write one
+// partial (of 128 / lanes x 32 rows).
 //
 // Two column sums (LayerNorm) write twice the partials, and their CTAs hold more registers
 // (two CTAs of 256 per SM): there a persistent grid runs chunks of 64 rows, each CTA chunks
@@ -265,8 +266,9 @@ struct FusedSumPlan {
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
   RowPlan kernel;
   int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
-  int chunk_rows = 0;  // kCta / kCluster: rows of a chunk (kFusedChunkRows, kStagedChunkRows,
-                       // kernel.cluster x kFusedChunkRows, or kSliceChunkBytes / elem_size)
+  int chunk_rows = 0;  // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
+                       // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
+                       // kFusedGroupRows x groups)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -364,12 +366,12 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // up to 64, which the table puts on 4-lane groups, run on 8-lane groups here: the tier
   // sweep timed that configuration at 0.72-0.79x the two-pass 4-lane step at 64 (H100,
   // benchmarks/results/h100/tier_sweep/, NOTES.md §20).
+  // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows.
   if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
     RowPlan group = plan;
     group.width = std::max(plan.width, 8);
-    const int64_t groups = kGroupCtaThreads / group.width;
-    const int64_t per_cta = groups * kFusedGroupRows;
-    return FusedSumPlan{group, (rows + per_cta - 1) / per_cta * groups};
+    const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;
+    return CtaSumPlan(group, rows, per_cta);
   }
   return std::nullopt;
 }
@@ -395,8 +397,9 @@ bool FusedOperandsAligned(const Args& a) {
 // 32 x 8 threads owns 32 adjacent columns (32 packs of columns with kPacked). Columns of up to
 // 8 x 8 = 64 elements stay in registers (one read of the tensor); longer ones are read twice,
 // the second time mostly from L2 (a CTA's 32 x d tile is reused at once).
-// Packed tiles of one-input ops (the forwards) are prefetched: a persistent CTA keeps its next
-// kStridedStages tiles in flight into shared memory (2 x 32 KB) while it reduces the current one.
+// Packed tiles of one-input ops (the forwards) are prefetched where that measured faster: a
+// persistent CTA keeps its next kStridedStages tiles in flight into shared memory (2 x 32 KB)
+// while it reduces the current one.
 enum class StridedKind { kPacked, kCached, kStreamed };
 
 constexpr int kStridedTx = 32;
@@ -404,11 +407,19 @@ constexpr int kStridedTy = 8;
 constexpr int kStridedCache = 8;
 constexpr int kStridedStages = 2;
 
-// Tiles in flight ahead of the current one on the packed path of `Args`' problems.
+// Tiles in flight ahead of the current one on the packed path of `Args`' problems, where the
+// kernel exists (one input: the forwards).
 template <class Args>
 constexpr int StridedStages() {
   return Args::kNumIn == 1 ? kStridedStages : 0;
 }
+
+// Packed tiles of 4-byte elements are prefetched only on GPUs of at least this DRAM bandwidth
+// per SM (GB/s; the launcher reads it from the device): channel RMSNorm fp32 112x64x512x512
+// took 0.81x the time prefetched on the H200 (~37 GB/s per SM) but 1.018x on the H100 (25.4),
+// whose two CTAs per SM of the unstaged kernel keep enough bytes in flight (16-bit tiles:
+// 0.87x / 0.85x; benchmarks/results/h200/NOTES.md §4, h100/NOTES.md §34).
+constexpr float kStridedPrefetch4ByteGbpsPerSm = 30.0f;
 
 struct StridedPlan {
   StridedKind kernel = StridedKind::kStreamed;
@@ -416,8 +427,10 @@ struct StridedPlan {
   int stages = 0;  // tiles in flight ahead of the current one (kPacked)
 };
 
+// The plan of `a` on a device of `dram_gbps_per_sm` GB/s of DRAM bandwidth per SM (0: not
+// known, as on a GPU whose driver does not report it).
 template <class Args>
-StridedPlan PlanStridedOp(const Args& a) {
+StridedPlan PlanStridedOp(const Args& a, float dram_gbps_per_sm) {
   constexpr int kLanes = Args::kPackWidth;
   if (a.d > kStridedTy * kStridedCache) return {StridedKind::kStreamed, 1};
   // Packs of adjacent columns where inner is a multiple of the pack width, there is at least
@@ -433,7 +446,9 @@ StridedPlan PlanStridedOp(const Args& a) {
     packs = packs && reinterpret_cast<uintptr_t>(a.in[i]) % in_bytes == 0;
   }
   if (!packs) return {StridedKind::kCached, 1};
-  return {StridedKind::kPacked, kLanes, StridedStages<Args>()};
+  const bool staged =
+      sizeof(typename Args::InElem) < 4 || dram_gbps_per_sm >= kStridedPrefetch4ByteGbpsPerSm;
+  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0};
 }
 
 // ---------------------------------------------------------------------------------------
