@@ -32,8 +32,10 @@ TIER_ORDER = ("group", "cta", "cluster", "streaming")
 MAX_LOG2 = 21  # past the largest cached configuration of every element size
 
 
-def table(n: int, elem_size: int, clusters: bool = True, wide: bool = True) -> dict[str, str]:
-    raw = torch.ops.rownorm.plan_row_tier(n, elem_size, clusters, wide)
+def table(
+    n: int, elem_size: int, clusters: bool = True, wide: bool = True, packs: int = 8
+) -> dict[str, str]:
+    raw = torch.ops.rownorm.plan_row_tier(n, elem_size, clusters, wide, packs)
     words = dict(w.split("=", 1) for w in raw.split())
     del words["rows"], words["n"]
     return words
@@ -47,58 +49,68 @@ def capacity(plan: dict[str, str]) -> float:
     return per_row * int(plan["packs"]) * int(plan["vec"])
 
 
-def tier_edges(elem_size: int, clusters: bool, wide: bool) -> list[int]:
+def tier_edges(elem_size: int, clusters: bool, wide: bool, packs: int = 8) -> list[int]:
     """The lengths n where the table's plan for n + 1 differs from the plan for n."""
     return [
         1 << k
         for k in range(MAX_LOG2)
-        if table(1 << k, elem_size, clusters, wide)
-        != table((1 << k) + 1, elem_size, clusters, wide)
+        if table(1 << k, elem_size, clusters, wide, packs)
+        != table((1 << k) + 1, elem_size, clusters, wide, packs)
     ]
 
 
 TABLES = [
     pytest.param(
-        e, c, w, id=f"{e}B-{'clusters' if c else 'noclusters'}-{'wide' if w else 'narrow'}"
+        e,
+        c,
+        w,
+        p,
+        id=f"{e}B-{'clusters' if c else 'noclusters'}-{'wide' if w else 'narrow'}-{p}packs",
     )
     for e in (2, 4)
     for c in (True, False)
     for w in (True, False)
+    for p in (8, 4)
 ]
 
 
 # ---- the table (CPU: no GPU needed) ----
 
 
-@pytest.mark.parametrize(("elem_size", "clusters", "wide"), TABLES)
-def test_table_edges_are_full_configurations(elem_size, clusters, wide):
-    edges = tier_edges(elem_size, clusters, wide)
+@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs"), TABLES)
+def test_table_edges_are_full_configurations(elem_size, clusters, wide, packs):
+    def plan(n):
+        return table(n, elem_size, clusters, wide, packs)
+
+    edges = tier_edges(elem_size, clusters, wide, packs)
     assert edges, "the table never changes plan"
     for k in range(MAX_LOG2):
         lo, hi = (1 << k) + 1, 1 << (k + 1)
         # Between consecutive powers of two the plan is constant: every edge is a power of two.
-        assert table(lo, elem_size, clusters, wide) == table(hi, elem_size, clusters, wide), (
-            lo,
-            hi,
-        )
+        assert plan(lo) == plan(hi), (lo, hi)
     for m in edges:
-        below, above = table(m, elem_size, clusters, wide), table(m + 1, elem_size, clusters, wide)
+        below, above = plan(m), plan(m + 1)
         assert capacity(below) == m, f"edge {m}: {below} is not exactly full"
         assert capacity(above) > m
         assert TIER_ORDER.index(below["tier"]) <= TIER_ORDER.index(above["tier"])
-    assert table(1 << MAX_LOG2, elem_size, clusters, wide)["tier"] == "streaming"
+    assert plan(1 << MAX_LOG2)["tier"] == "streaming"
+    # 4 packs a thread on twice the CTAs hold what 8 packs hold: the same edges
+    assert edges == tier_edges(elem_size, clusters, wide)
 
 
-@pytest.mark.parametrize(("elem_size", "clusters", "wide"), TABLES)
-def test_table_plan_holds_the_row(elem_size, clusters, wide):
+@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs"), TABLES)
+def test_table_plan_holds_the_row(elem_size, clusters, wide, packs):
     vec = 16 // elem_size
     for k in range(MAX_LOG2):
         for n in {1 << k, (1 << k) + 1, 3 << k}:
-            plan = table(n, elem_size, clusters, wide)
+            plan = table(n, elem_size, clusters, wide, packs)
             assert int(plan["vec"]) == vec
             assert capacity(plan) >= n, (n, plan)
             if plan["tier"] == "cluster":
                 assert clusters, (n, plan)
+                # 4 packs a thread where 16 CTAs of 256 x 4 packs hold the row
+                fits = n <= 16 * 256 * 4 * vec
+                assert plan["packs"] == str(4 if packs == 4 and fits else 8), (n, plan)
             if plan["tier"] != "streaming" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
                 assert wide, f"512 threads x 8 packs planned for a narrow op: {n}, {plan}"
 
@@ -121,7 +133,11 @@ def test_table_float64_streams():
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [((0, 4), "n must be >= 1, got 0"), ((16, 3), "elem_size must be 2, 4 or 8")],
+    [
+        ((0, 4), "n must be >= 1, got 0"),
+        ((16, 3), "elem_size must be 2, 4 or 8"),
+        ((16, 2, True, True, 6), "cluster_packs must be 8 or 4, got 6"),
+    ],
 )
 def test_table_bad_arguments(args, match):
     with pytest.raises(RuntimeError, match=match):
@@ -192,15 +208,18 @@ def test_log_plan_cpu():
 # ---- explain on a GPU: the table's plan at every edge ----
 
 
-def _gpu_table_args(op: str, backward: bool) -> tuple[bool, bool]:
-    """(clusters, wide) the launcher plans with: clusters on sm_90+ unless
+def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int]:
+    """(clusters, wide, packs) the launcher plans with: clusters on sm_90+ unless
     ROWNORM_DISABLE_CLUSTERS; wide unless the op sets kWideCluster = false (the LayerNorm
-    backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh, rms_norm.cuh)."""
+    backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh,
+    rms_norm.cuh); 4 packs a thread on the cluster tier for the 16-bit LayerNorm backward
+    (kClusterPacks)."""
     clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
         "ROWNORM_DISABLE_CLUSTERS", "0"
     ) in ("", "0")
     wide = not (backward and op in ("layer_norm", "add_rms_norm"))
-    return clusters, wide
+    packs = 4 if backward and op == "layer_norm" and elem == 2 else 8
+    return clusters, wide, packs
 
 
 def _row_words(plan: rownorm.Plan) -> dict[str, str]:
@@ -217,15 +236,15 @@ def _row_words(plan: rownorm.Plan) -> dict[str, str]:
 @pytest.mark.parametrize("op", EXPLAINED_OPS)
 def test_explain_follows_the_table(op, dtype, backward):
     elem = torch.empty((), dtype=dtype).element_size()
-    clusters, wide = _gpu_table_args(op, backward)
-    edges = tier_edges(elem, clusters, wide)
+    clusters, wide, packs = _gpu_table_args(op, backward, elem)
+    edges = tier_edges(elem, clusters, wide, packs)
     for m in edges:
         for n in (m, m + 1):
             plan = rownorm.explain(
                 torch.randn(2, n, dtype=dtype, device="cuda"), op, -1, backward=backward
             )
             assert plan.path == "rows" and (plan.rows, plan.n) == (2, n)
-            assert _row_words(plan) == table(n, elem, clusters, wide), (op, n, plan.raw)
+            assert _row_words(plan) == table(n, elem, clusters, wide, packs), (op, n, plan.raw)
     # ... so the tier changes exactly at the edges.
     tiers = [
         rownorm.explain(torch.randn(1, m + d, dtype=dtype, device="cuda"), op, backward=backward)
@@ -241,13 +260,13 @@ def test_explain_follows_the_table(op, dtype, backward):
 @pytest.mark.parametrize("op", PARAM_OPS)
 def test_explain_param_grads(op, dtype):
     elem = torch.empty((), dtype=dtype).element_size()
-    clusters, wide = _gpu_table_args(op, True)
+    clusters, wide, packs = _gpu_table_args(op, True, elem)
     sums = 2 if op == "layer_norm" else 1
-    for m in tier_edges(elem, clusters, wide):
+    for m in tier_edges(elem, clusters, wide, packs):
         plan = rownorm.explain(
             torch.randn(40, m, dtype=dtype, device="cuda"), op, backward=True, param_grads=True
         )
-        row = table(m, elem, clusters, wide)
+        row = table(m, elem, clusters, wide, packs)
         # The fused path (plan.h, PlanFusedSums): rows the table gives a 4-pack CTA or a warp
         # x 8 packs run as a 2-pack CTA: two sums (layer_norm) up to 512 threads x 2 packs,
         # staged, on 64-row chunks; one sum up to 256 threads x 2 packs, and up to 512 with

@@ -186,8 +186,8 @@ MORE_BACKWARD_SCHEMAS = {
 DIAGNOSTIC_SCHEMAS = {
     "plan_info": "plan_info(Tensor x, str op, int dim=-1, bool backward=False, "
                  "bool param_grads=False) -> str",
-    "plan_row_tier": "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True) "
-                     "-> str",
+    "plan_row_tier": "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True, "
+                     "int cluster_packs=8) -> str",
 }  # fmt: skip
 
 

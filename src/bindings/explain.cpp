@@ -123,14 +123,20 @@ std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool 
 }
 
 // The tier table alone (PlanRowTier through PlanRowProblem), on any machine: rows of n elements
-// of elem_size bytes whose operands allow full packs.
-std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wide) {
+// of elem_size bytes whose operands allow full packs, of an op whose cluster rows hold
+// cluster_packs packs a thread (OpTraits::kClusterPacks).
+std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wide,
+                            int64_t cluster_packs) {
   constexpr const char* kTable = "plan_row_tier";
   ROWNORM_CHECK(n >= 1, kTable, ": n must be >= 1, got ", n);
   ROWNORM_CHECK(elem_size == 2 || elem_size == 4 || elem_size == 8, kTable,
                 ": elem_size must be 2, 4 or 8 (bytes), got ", elem_size);
+  ROWNORM_CHECK(cluster_packs == kClusterVecs || cluster_packs == kClusterHalfVecs, kTable,
+                ": cluster_packs must be ", kClusterVecs, " or ", kClusterHalfVecs, ", got ",
+                cluster_packs);
   const int size = static_cast<int>(elem_size);
-  return Describe(PlanRowProblem(n, size, PackWidth(size), clusters, wide)) +
+  return Describe(PlanRowProblem(n, size, PackWidth(size), clusters, wide,
+                                 static_cast<int>(cluster_packs))) +
          " rows=1 n=" + std::to_string(n);
 }
 

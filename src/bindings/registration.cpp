@@ -56,5 +56,7 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
   m.def(
       "plan_info(Tensor x, str op, int dim=-1, bool backward=False, bool param_grads=False) "
       "-> str");
-  m.def("plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True) -> str");
+  m.def(
+      "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True, "
+      "int cluster_packs=8) -> str");
 }

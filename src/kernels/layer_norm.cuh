@@ -77,8 +77,10 @@ struct LayerNormBwdOp {
   static constexpr int kIn = 2;                // x, dy
   static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
   static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
-  const W* weight;                             // (n,) or nullptr
-  const Acc* stats;                            // (rows, 2): the forward's (μ, r) per row
+  // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM (op_traits.h)
+  static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
+  const W* weight;   // (n,) or nullptr
+  const Acc* stats;  // (rows, 2): the forward's (μ, r) per row
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {

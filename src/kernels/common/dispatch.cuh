@@ -167,44 +167,93 @@ constexpr size_t RowStageBytes() {
 // kRegisters (measured against kShared: benchmarks/results/h100/NOTES.md §27).
 constexpr int kBulkStages = 2;
 constexpr size_t kMaxClusterSmem = 200 * 1024;
-template <class Op, class Args, int kThreads, ClusterKind kKind>
+template <class Op, class Args, int kThreads, ClusterKind kKind, int kVecs = kClusterVecs>
 constexpr size_t ClusterSmem() {
   if constexpr (kKind == ClusterKind::kShared) {
-    return kBulkStages * sizeof(RowSlices<Args, Args::kPackWidth, kClusterVecs, kThreads>);
+    return kBulkStages * sizeof(RowSlices<Args, Args::kPackWidth, kVecs, kThreads>);
   } else if constexpr (kKind == ClusterKind::kParams) {
-    return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kClusterVecs, kThreads>);
+    return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
   } else {
     return 0;
   }
 }
-// Whether the configuration has that kernel.
-template <class Op, class Args, int kThreads, ClusterKind kKind>
+// Whether the configuration has that kernel (the narrow rows of OpTraits::kClusterPacks: the
+// register one only).
+template <class Op, class Args, int kThreads, ClusterKind kKind, int kVecs = kClusterVecs>
 constexpr bool ClusterKindExists() {
   if constexpr (kKind == ClusterKind::kParams &&
                 (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0)) {
     return false;
   } else if constexpr (kKind == ClusterKind::kShared && Args::kMixed) {
     return false;  // the bulk copies move packs of one type
+  } else if constexpr (kVecs != kClusterVecs && kKind != ClusterKind::kRegisters) {
+    return false;
   } else {
-    return ClusterSmem<Op, Args, kThreads, kKind>() <= kMaxClusterSmem;
+    return ClusterSmem<Op, Args, kThreads, kKind, kVecs>() <= kMaxClusterSmem;
   }
 }
 
 // The cluster kernel of a configuration.
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
+          int kVecs = kClusterVecs>
 constexpr auto ClusterKernel() {
-  static_assert(ClusterKindExists<Op, Args, kThreads, kKind>(), "planned only where it exists");
+  static_assert(ClusterKindExists<Op, Args, kThreads, kKind, kVecs>(),
+                "planned only where it exists");
   constexpr int kVec = Args::kPackWidth;
   if constexpr (kKind == ClusterKind::kShared) {
-    return BulkRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster, kBulkStages>;
+    return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
-    return ClusterParamRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   } else if constexpr (kThreads == 256 && Args::kNumIn == 2 && OpTraits<Op>::kColumnSums == 2) {
     // layer_norm's backward (two inputs, two column sums): two CTAs per SM (tier_kernels.cuh)
-    return ClusterRowKernel2PerSm<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+    return ClusterRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads, kCluster>;
   } else {
-    return ClusterRowKernel<Op, Args, kVec, kClusterVecs, kThreads, kCluster>;
+    return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   }
+}
+
+// f(kThreads, kCluster, kVecs) (std::integral_constant<int, ·> each) for the cluster-tier
+// configuration of `plan`: the table's 256 x 8-pack clusters of 2-16 CTAs, the wide cluster
+// (16 x 512 x 8, ops with kWideCluster) and the 256 x 4-pack ones (ops with
+// kClusterPacks = 4); cudaErrorInvalidConfiguration for a configuration the table never plans.
+template <class Op, class F>
+cudaError_t WithClusterShape(const RowPlan& plan, F f) {
+  static_assert(OpTraits<Op>::kClusterPacks == kClusterVecs ||
+                    OpTraits<Op>::kClusterPacks == kClusterHalfVecs,
+                "the table plans 8 or 4 packs a thread on the cluster tier");
+  using I256 = std::integral_constant<int, kClusterThreads>;
+  using I8 = std::integral_constant<int, kClusterVecs>;
+  const auto clusters = [&](auto vecs) {
+    switch (plan.cluster) {
+      case 2: return f(I256{}, std::integral_constant<int, 2>{}, vecs);
+      case 4: return f(I256{}, std::integral_constant<int, 4>{}, vecs);
+      case 8: return f(I256{}, std::integral_constant<int, 8>{}, vecs);
+      case kMaxCluster: return f(I256{}, std::integral_constant<int, kMaxCluster>{}, vecs);
+    }
+    return cudaErrorInvalidConfiguration;
+  };
+  if constexpr (OpTraits<Op>::kWideCluster) {
+    if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
+      return f(std::integral_constant<int, kWideClusterThreads>{},
+               std::integral_constant<int, kMaxCluster>{}, I8{});
+    }
+  }
+  if (plan.threads != kClusterThreads) return cudaErrorInvalidConfiguration;
+  if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
+    if (plan.packs == kClusterHalfVecs) {
+      return clusters(std::integral_constant<int, kClusterHalfVecs>{});
+    }
+  }
+  if (plan.packs == kClusterVecs) {
+    if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
+      // 8 packs a thread only past the 4-pack configurations: on 16 CTAs
+      if (plan.cluster != kMaxCluster) return cudaErrorInvalidConfiguration;
+      return f(I256{}, std::integral_constant<int, kMaxCluster>{}, I8{});
+    } else {
+      return clusters(I8{});
+    }
+  }
+  return cudaErrorInvalidConfiguration;
 }
 
 template <int kThreads, int kCluster, size_t kSmem = 0>
@@ -260,32 +309,24 @@ cudaError_t ResidentClusters(int* clusters) {
 
 // The same for one configuration of the cluster tier's row kernels; 0 where the kernel does
 // not exist.
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
+          int kVecs = kClusterVecs>
 cudaError_t CoResidentClusters(int* clusters) {
-  if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind>()) {
+  if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind, kVecs>()) {
     *clusters = 0;
     return cudaSuccess;
   } else {
-    return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind>(), kThreads,
-                            kCluster, ClusterSmem<Op, Args, kThreads, kKind>()>(clusters);
+    return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), kThreads,
+                            kCluster, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
   }
 }
 
 template <class Op, class Args, ClusterKind kKind>
 cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
-  if constexpr (OpTraits<Op>::kWideCluster) {
-    if (plan.threads == kWideClusterThreads) {
-      return CoResidentClusters<Op, Args, kWideClusterThreads, kMaxCluster, kKind>(clusters);
-    }
-  }
-  switch (plan.cluster) {
-    case 2: return CoResidentClusters<Op, Args, kClusterThreads, 2, kKind>(clusters);
-    case 4: return CoResidentClusters<Op, Args, kClusterThreads, 4, kKind>(clusters);
-    case 8: return CoResidentClusters<Op, Args, kClusterThreads, 8, kKind>(clusters);
-    case kMaxCluster:
-      return CoResidentClusters<Op, Args, kClusterThreads, kMaxCluster, kKind>(clusters);
-  }
-  return cudaErrorInvalidConfiguration;  // a cluster PlanRowTier never plans
+  return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
+    return CoResidentClusters<Op, Args, decltype(t)::value, decltype(c)::value, kKind,
+                              decltype(v)::value>(clusters);
+  });
 }
 
 // The wide CTA kernel with rows prefetched (RowStages > 0), and how many of its CTAs the device
@@ -348,7 +389,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
-                         OpTraits<Op>::kWideCluster);
+                         OpTraits<Op>::kWideCluster, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
@@ -406,37 +447,42 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
 // Launches one cluster configuration (PlanRowOp found that the device co-schedules it): the
 // persistent kernels (kShared, kParams) as a grid of the clusters the device runs at once, the
 // register one as a cluster per row.
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind>
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind, int kVecs>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind>();
+  constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind, kVecs>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
   if constexpr (kKind != ClusterKind::kRegisters) {
     int resident = 0;
-    const cudaError_t err = CoResidentClusters<Op, Args, kThreads, kCluster, kKind>(&resident);
+    const cudaError_t err =
+        CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs>(&resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind>(), a, op);
+  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
+                            op);
 }
 
-template <class Op, class Args, int kThreads, int kCluster>
+template <class Op, class Args, int kThreads, int kCluster, int kVecs>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, const RowPlan& plan,
                              cudaStream_t stream) {
-  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kParams>()) {
+  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kParams, kVecs>()) {
     if (plan.params_once) {
-      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kParams>(a, op, stream);
+      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs>(a, op,
+                                                                                         stream);
     }
   }
-  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kShared>()) {
+  if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kShared, kVecs>()) {
     if (plan.stages == kBulkStages) {
-      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kShared>(a, op, stream);
+      return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kShared, kVecs>(a, op,
+                                                                                         stream);
     }
   }
   if (plan.params_once || plan.stages != 0) return cudaErrorInvalidConfiguration;
-  return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kRegisters>(a, op, stream);
+  return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kRegisters, kVecs>(a, op,
+                                                                                        stream);
 }
 
 template <class Op, class Args, int kVec>
@@ -519,20 +565,10 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         }
         break;
       case RowTier::kCluster:
-        if constexpr (OpTraits<Op>::kWideCluster) {
-          if (plan.threads == kWideClusterThreads) {
-            return LaunchClusterRow<Op, Args, kWideClusterThreads, kMaxCluster>(a, op, plan,
-                                                                                stream);
-          }
-        }
-        switch (plan.cluster) {
-          case 2: return LaunchClusterRow<Op, Args, kClusterThreads, 2>(a, op, plan, stream);
-          case 4: return LaunchClusterRow<Op, Args, kClusterThreads, 4>(a, op, plan, stream);
-          case 8: return LaunchClusterRow<Op, Args, kClusterThreads, 8>(a, op, plan, stream);
-          case kMaxCluster:
-            return LaunchClusterRow<Op, Args, kClusterThreads, kMaxCluster>(a, op, plan, stream);
-        }
-        break;
+        return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
+          return LaunchClusterRow<Op, Args, decltype(t)::value, decltype(c)::value,
+                                  decltype(v)::value>(a, op, plan, stream);
+        });
       case RowTier::kStreaming: break;
     }
   }
@@ -650,8 +686,6 @@ cudaError_t WithSliceTeam(const RowPlan& k, F f) {
   };
   using I512 = std::integral_constant<int, 512>;
   using IOne = std::integral_constant<int, 1>;
-  using ICluster = std::integral_constant<int, kClusterThreads>;
-  using IVecs = std::integral_constant<int, kClusterVecs>;
   static_assert(kWideCtaThreads == 512 && kWideClusterThreads == 512, "I512 is both");
   if (k.tier == RowTier::kCta && k.threads == 512) {
     if constexpr (OpTraits<Op>::kWideCluster) {
@@ -660,21 +694,8 @@ cudaError_t WithSliceTeam(const RowPlan& k, F f) {
       }
     }
     if (k.packs == kCtaVecs) return team(I512{}, std::integral_constant<int, kCtaVecs>{}, IOne{});
-  } else if (k.tier == RowTier::kCluster && k.packs == kClusterVecs) {
-    if constexpr (OpTraits<Op>::kWideCluster) {
-      if (k.threads == kWideClusterThreads) {
-        return team(I512{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
-      }
-    }
-    if (k.threads == kClusterThreads) {
-      switch (k.cluster) {
-        case 2: return team(ICluster{}, IVecs{}, std::integral_constant<int, 2>{});
-        case 4: return team(ICluster{}, IVecs{}, std::integral_constant<int, 4>{});
-        case 8: return team(ICluster{}, IVecs{}, std::integral_constant<int, 8>{});
-        case kMaxCluster:
-          return team(ICluster{}, IVecs{}, std::integral_constant<int, kMaxCluster>{});
-      }
-    }
+  } else if (k.tier == RowTier::kCluster) {
+    return WithClusterShape<Op>(k, [&](auto t, auto c, auto v) { return team(t, v, c); });
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
@@ -689,7 +710,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
-                        OpTraits<Op>::kColumnSums, Args::kNumIn);
+                        OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {
       // Sums in shared memory: where there are chunks for at least 2/3 of the teams the

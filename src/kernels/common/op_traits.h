@@ -11,6 +11,7 @@
 //     static constexpr bool kWideCluster;    // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kPrefetchRows;   // optional, default false (see below)
+//     static constexpr int kClusterPacks;    // optional, default 8 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
@@ -42,6 +43,11 @@
 // kWideCluster = false: the body needs more than 128 registers per thread with 8 packs of every
 // input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
 // wide cluster) and run on 256-thread clusters or streaming instead of spilling.
+//
+// kClusterPacks = 4: the cluster tier holds rows of up to 16 CTAs x 256 threads x 4 packs with
+// 4 packs a thread on twice the CTAs (plan.h, kClusterHalfVecs), longer ones as other ops do
+// (8 packs). For layer_norm's 16-bit backward, whose fused column sums (two per column, in
+// shared memory) then fit two CTAs per SM where 8 packs a thread fit one.
 //
 // kPrefetchRows = true (ops of one input): on the wide CTA (512 threads x 8 packs, one CTA per
 // SM) the next rows are kept in flight into shared memory while the current one is reduced and
@@ -98,6 +104,11 @@ template <class Op>
 struct PrefetchRows<Op, std::void_t<decltype(Op::kPrefetchRows)>>
     : std::bool_constant<Op::kPrefetchRows> {};
 template <class Op, class = void>
+struct ClusterPacks : std::integral_constant<int, 8> {};
+template <class Op>
+struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
+    : std::integral_constant<int, Op::kClusterPacks> {};
+template <class Op, class = void>
 struct NarrowingsOf {
   using type = NoNarrowing;
 };
@@ -125,6 +136,7 @@ struct OpTraits {
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kPrefetchRows = op_traits_detail::PrefetchRows<Op>::value;
+  static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
 };
 
 template <class Op>

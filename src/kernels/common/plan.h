@@ -102,7 +102,9 @@ constexpr int kGroupCtaThreads = 128;  // CTA size of the group tier
 constexpr int kCtaVecs = 4;            // CTA tier
 constexpr int kWideCtaThreads = 512;   // and one CTA of 512 x 8 packs (16384 fp32 / 32768 16-bit)
 constexpr int kWideCtaVecs = 8;
-constexpr int kClusterVecs = 8;  // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
+constexpr int kClusterVecs = 8;      // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
+constexpr int kClusterHalfVecs = 4;  // and for ops with kClusterPacks = 4 (op_traits.h), rows of
+                                     // up to 16 x 256 x 4 packs, on twice the CTAs
 constexpr int kClusterThreads = 256;
 constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
 constexpr int kMaxCluster = 16;
@@ -124,12 +126,16 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //                                    registers there (`wide` = false) use clusters.
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable; the
-//                                    launcher checks that the device co-schedules it);
+//                                    launcher checks that the device co-schedules it); with
+//                                    `cluster_packs` = 4, rows of up to 16 CTAs x 256 x 4
+//                                    packs hold 4 packs a thread on twice the CTAs (layer_norm's
+//                                    16-bit backward: its fused sums fit two CTAs per SM);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
 // benchmarks/results/h100/NOTES.md has the measurements.
-inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide,
+                           int cluster_packs = kClusterVecs) {
   n = std::max(n, PlanLengthFloor());
   if (n <= int64_t{kPlanWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
@@ -148,6 +154,12 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide) {
     return {RowTier::kCta, vec, 0, kWideCtaThreads, 0, kWideCtaVecs};
   }
   if (clusters) {
+    for (int cluster : {2, 4, 8, kMaxCluster}) {
+      if (cluster_packs == kClusterHalfVecs &&
+          n <= int64_t{cluster} * kClusterThreads * kClusterHalfVecs * vec) {
+        return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterHalfVecs};
+      }
+    }
     for (int cluster : {2, 4, 8, kMaxCluster}) {
       if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
         return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterVecs};
@@ -189,13 +201,15 @@ int RowVecWidth(const Args& a) {
 }
 
 // The plan of a row problem of `elem_size`-byte elements whose operands allow loads of
-// `load_vec` elements (RowVecWidth). `wide`: the op may run 512 threads x 8 packs.
-inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide) {
+// `load_vec` elements (RowVecWidth). `wide`: the op may run 512 threads x 8 packs;
+// `cluster_packs`: its cluster rows' packs a thread (OpTraits::kClusterPacks).
+inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide,
+                              int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
   if (elem_size == 8) return StreamingPlan(load_vec == vec ? vec : 1);
   if (load_vec != vec) return StreamingPlan(1);
-  return PlanRowTier(n, vec, clusters, wide);
+  return PlanRowTier(n, vec, clusters, wide, cluster_packs);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -249,14 +263,19 @@ constexpr int kSliceChunkBytes = 64;
 // time of 16-row CTAs reading the weight per row (rms_norm bf16 12288 / 16384 fwd+bwd on the
 // H100; add_rms_norm 0.93x), fp32 rows of that shape 1.00x (kept on 16-row CTAs), and two
 // sums of fp32 ones are staged (NOTES.md §30). Not two
-// sums of 16-bit rows on clusters of more than two CTAs: one CTA per SM fits their shared
-// memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the two-pass
-// one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where at
-// 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x.
+// sums of 16-bit rows on 8-pack clusters of more than two CTAs: one CTA per SM fits their
+// shared memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the
+// two-pass one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where
+// at 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x. Those rows (16-bit
+// layer_norm's backward) now run on 4-pack clusters up to 131072 (4 packs a thread on twice the
+// CTAs, OpTraits::kClusterPacks): 64 KB of sums and 16 KB of weight a CTA, two CTAs per SM;
+// longer ones stay two-pass (NOTES.md §34).
 constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster, int elem_size,
                               int column_sums) {
   const bool two_16bit = column_sums == 2 && elem_size < 4;
-  if (tier == RowTier::kCluster) return packs == kClusterVecs && !(two_16bit && cluster > 2);
+  if (tier == RowTier::kCluster) {
+    return packs == kClusterHalfVecs || (packs == kClusterVecs && !(two_16bit && cluster > 2));
+  }
   return tier == RowTier::kCta && threads == 512 &&
          (packs == kWideCtaVecs || (packs == kCtaVecs && elem_size < 4));
 }
@@ -282,12 +301,13 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 // multiple of the pack width.
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool clusters, bool wide,
-                                                 int column_sums, int row_inputs) {
+                                                 int column_sums, int row_inputs,
+                                                 int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || n % vec != 0 || !aligned) {
     return std::nullopt;
   }
-  const RowPlan plan = PlanRowTier(n, vec, clusters, wide);
+  const RowPlan plan = PlanRowTier(n, vec, clusters, wide, cluster_packs);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
