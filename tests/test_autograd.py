@@ -160,8 +160,9 @@ def test_slice_param_grads(op_id, dtype):
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
     # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit: the
-    # 512 x 4 CTA. 16-bit layer_norm: clusters of 4 packs a thread (kClusterPacks), 8 and 16
-    # CTAs, and not the 8-pack clusters of longer rows (two-pass: plan.h)
+    # 512 x 4 CTA. 16-bit layer_norm: 2 CTAs of 8 packs, then clusters of 4 packs a thread
+    # (kClusterPacks) on 8 and 16 CTAs, and not the 8-pack clusters of longer rows (two-pass:
+    # plan.h)
     lengths = [512 * 6 * vec, 4096 * 10 + vec]
     if elem == 2:
         lengths.append(512 * 3 * vec)

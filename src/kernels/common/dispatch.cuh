@@ -213,9 +213,10 @@ constexpr auto ClusterKernel() {
 }
 
 // f(kThreads, kCluster, kVecs) (std::integral_constant<int, ·> each) for the cluster-tier
-// configuration of `plan`: the table's 256 x 8-pack clusters of 2-16 CTAs, the wide cluster
-// (16 x 512 x 8, ops with kWideCluster) and the 256 x 4-pack ones (ops with
-// kClusterPacks = 4); cudaErrorInvalidConfiguration for a configuration the table never plans.
+// configuration of `plan` that the table plans for Op (plan.h): 256 x 8-pack clusters of 2-16
+// CTAs, the wide cluster (16 x 512 x 8, ops with kWideCluster); for ops with kClusterPacks = 4,
+// 256 x 4 packs on 8 and 16 CTAs and 256 x 8 on 2 and 16 only. cudaErrorInvalidConfiguration
+// for a configuration the table never plans.
 template <class Op, class F>
 cudaError_t WithClusterShape(const RowPlan& plan, F f) {
   static_assert(OpTraits<Op>::kClusterPacks == kClusterVecs ||
@@ -223,34 +224,31 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
                 "the table plans 8 or 4 packs a thread on the cluster tier");
   using I256 = std::integral_constant<int, kClusterThreads>;
   using I8 = std::integral_constant<int, kClusterVecs>;
-  const auto clusters = [&](auto vecs) {
-    switch (plan.cluster) {
-      case 2: return f(I256{}, std::integral_constant<int, 2>{}, vecs);
-      case 4: return f(I256{}, std::integral_constant<int, 4>{}, vecs);
-      case 8: return f(I256{}, std::integral_constant<int, 8>{}, vecs);
-      case kMaxCluster: return f(I256{}, std::integral_constant<int, kMaxCluster>{}, vecs);
-    }
-    return cudaErrorInvalidConfiguration;
-  };
+  using I4 = std::integral_constant<int, kClusterHalfVecs>;
+  using IMax = std::integral_constant<int, kMaxCluster>;
   if constexpr (OpTraits<Op>::kWideCluster) {
     if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
-      return f(std::integral_constant<int, kWideClusterThreads>{},
-               std::integral_constant<int, kMaxCluster>{}, I8{});
+      return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I8{});
     }
   }
   if (plan.threads != kClusterThreads) return cudaErrorInvalidConfiguration;
   if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
-    if (plan.packs == kClusterHalfVecs) {
-      return clusters(std::integral_constant<int, kClusterHalfVecs>{});
+    if (plan.packs == kClusterHalfVecs && plan.cluster == 8) {
+      return f(I256{}, std::integral_constant<int, 8>{}, I4{});
     }
-  }
-  if (plan.packs == kClusterVecs) {
-    if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
-      // 8 packs a thread only past the 4-pack configurations: on 16 CTAs
-      if (plan.cluster != kMaxCluster) return cudaErrorInvalidConfiguration;
-      return f(I256{}, std::integral_constant<int, kMaxCluster>{}, I8{});
-    } else {
-      return clusters(I8{});
+    if (plan.packs == kClusterHalfVecs && plan.cluster == kMaxCluster) {
+      return f(I256{}, IMax{}, I4{});
+    }
+    if (plan.packs == kClusterVecs && plan.cluster == 2) {
+      return f(I256{}, std::integral_constant<int, 2>{}, I8{});
+    }
+    if (plan.packs == kClusterVecs && plan.cluster == kMaxCluster) return f(I256{}, IMax{}, I8{});
+  } else if (plan.packs == kClusterVecs) {
+    switch (plan.cluster) {
+      case 2: return f(I256{}, std::integral_constant<int, 2>{}, I8{});
+      case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
+      case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
+      case kMaxCluster: return f(I256{}, IMax{}, I8{});
     }
   }
   return cudaErrorInvalidConfiguration;

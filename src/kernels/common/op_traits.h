@@ -44,10 +44,10 @@
 // input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
 // wide cluster) and run on 256-thread clusters or streaming instead of spilling.
 //
-// kClusterPacks = 4: the cluster tier holds rows of up to 16 CTAs x 256 threads x 4 packs with
-// 4 packs a thread on twice the CTAs (plan.h, kClusterHalfVecs), longer ones as other ops do
-// (8 packs). For layer_norm's 16-bit backward, whose fused column sums (two per column, in
-// shared memory) then fit two CTAs per SM where 8 packs a thread fit one.
+// kClusterPacks = 4: the cluster tier holds the rows that 4 to 8 CTAs of 8 packs a thread would
+// with 4 packs a thread on 8 and 16 CTAs (plan.h, kClusterHalfVecs), the others as other ops do.
+// For layer_norm's 16-bit backward, whose fused column sums (two per column, in shared memory)
+// then fit two CTAs per SM where 8 packs a thread fit one.
 //
 // kPrefetchRows = true (ops of one input): on the wide CTA (512 threads x 8 packs, one CTA per
 // SM) the next rows are kept in flight into shared memory while the current one is reduced and

@@ -104,7 +104,7 @@ constexpr int kWideCtaThreads = 512;   // and one CTA of 512 x 8 packs (16384 fp
 constexpr int kWideCtaVecs = 8;
 constexpr int kClusterVecs = 8;      // cluster tier: 8 packs = 32 fp32 / 64 bf16 values per thread
 constexpr int kClusterHalfVecs = 4;  // and for ops with kClusterPacks = 4 (op_traits.h), rows of
-                                     // up to 16 x 256 x 4 packs, on twice the CTAs
+                                     // 8 and 16 CTAs x 256 x 4 packs, on twice the CTAs
 constexpr int kClusterThreads = 256;
 constexpr int kWideClusterThreads = 512;  // 16 x 512 x 8 packs: 262144 fp32 / 524288 bf16
 constexpr int kMaxCluster = 16;
@@ -127,9 +127,10 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable; the
 //                                    launcher checks that the device co-schedules it); with
-//                                    `cluster_packs` = 4, rows of up to 16 CTAs x 256 x 4
-//                                    packs hold 4 packs a thread on twice the CTAs (layer_norm's
-//                                    16-bit backward: its fused sums fit two CTAs per SM);
+//                                    `cluster_packs` = 4, rows past 2 CTAs of 8 packs and up
+//                                    to 16 CTAs x 256 x 4 packs hold 4 packs a thread on twice
+//                                    the CTAs, 8 and 16 (layer_norm's 16-bit backward: its
+//                                    fused sums fit two CTAs per SM);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
@@ -154,10 +155,12 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide,
     return {RowTier::kCta, vec, 0, kWideCtaThreads, 0, kWideCtaVecs};
   }
   if (clusters) {
-    for (int cluster : {2, 4, 8, kMaxCluster}) {
-      if (cluster_packs == kClusterHalfVecs &&
-          n <= int64_t{cluster} * kClusterThreads * kClusterHalfVecs * vec) {
-        return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterHalfVecs};
+    if (cluster_packs == kClusterHalfVecs &&
+        n > int64_t{2} * kClusterThreads * kClusterVecs * vec) {
+      for (int cluster : {8, kMaxCluster}) {
+        if (n <= int64_t{cluster} * kClusterThreads * kClusterHalfVecs * vec) {
+          return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterHalfVecs};
+        }
       }
     }
     for (int cluster : {2, 4, 8, kMaxCluster}) {
@@ -267,9 +270,11 @@ constexpr int kSliceChunkBytes = 64;
 // shared memory (128 KB of sums, 32 KB of weight), and the fused step took 1.06-1.12x the
 // two-pass one on the H200 at bf16 65536-262144 (0.97-1.00x on the H100; NOTES.md §29), where
 // at 16384 (512 x 4 packs) and 32768 (2 CTAs) it took 0.79-0.89x. Those rows (16-bit
-// layer_norm's backward) now run on 4-pack clusters up to 131072 (4 packs a thread on twice the
-// CTAs, OpTraits::kClusterPacks): 64 KB of sums and 16 KB of weight a CTA, two CTAs per SM;
-// longer ones stay two-pass (NOTES.md §34).
+// layer_norm's backward) of 32769-131072 run on 4-pack clusters of 8 and 16 CTAs (4 packs a
+// thread on twice the CTAs, OpTraits::kClusterPacks): 64 KB of sums and 16 KB of weight a CTA,
+// two CTAs per SM; fused, the H100's step took 0.83x / 0.81x the two-pass one at bf16 65536 /
+// 131072, where 4 such CTAs at 32768 took 1.07x the 2-CTA 8-pack kernel's (kept); longer rows
+// stay two-pass (NOTES.md §34).
 constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster, int elem_size,
                               int column_sums) {
   const bool two_16bit = column_sums == 2 && elem_size < 4;
