@@ -215,13 +215,13 @@ def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int
     """(clusters, wide, packs) the launcher plans with: clusters on sm_90+ unless
     ROWNORM_DISABLE_CLUSTERS; wide unless the op sets kWideCluster = false (the LayerNorm
     backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh,
-    rms_norm.cuh); 4 packs a thread on the cluster tier for the 16-bit LayerNorm backward
-    (kClusterPacks)."""
+    rms_norm.cuh); 4 packs a thread on the cluster tier for the 16-bit LayerNorm and RMSNorm
+    backward (kClusterPacks)."""
     clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
         "ROWNORM_DISABLE_CLUSTERS", "0"
     ) in ("", "0")
     wide = not (backward and op in ("layer_norm", "add_rms_norm"))
-    packs = 4 if backward and op == "layer_norm" and elem == 2 else 8
+    packs = 4 if backward and op in ("layer_norm", "rms_norm") and elem == 2 else 8
     return clusters, wide, packs
 
 
