@@ -46,8 +46,9 @@
 //
 // kClusterPacks = 4: the cluster tier holds the rows that 4 to 8 CTAs of 8 packs a thread would
 // with 4 packs a thread on 8 and 16 CTAs (plan.h, kClusterHalfVecs), the others as other ops do.
-// For layer_norm's 16-bit backward, whose fused column sums (two per column, in shared memory)
-// then fit two CTAs per SM where 8 packs a thread fit one.
+// For the 16-bit backward of layer_norm and rms_norm, whose fused column sums (in shared memory)
+// then fit two CTAs per SM where 8 packs a thread fit one (layer_norm's two sums), or four where
+// 8 packs fit two (rms_norm's one): benchmarks/results/h100/NOTES.md §34.
 //
 // kPrefetchRows = true (ops of one input): on the wide CTA (512 threads x 8 packs, one CTA per
 // SM) the next rows are kept in flight into shared memory while the current one is reduced and

@@ -129,8 +129,8 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //                                    launcher checks that the device co-schedules it); with
 //                                    `cluster_packs` = 4, rows past 2 CTAs of 8 packs and up
 //                                    to 16 CTAs x 256 x 4 packs hold 4 packs a thread on twice
-//                                    the CTAs, 8 and 16 (layer_norm's 16-bit backward: its
-//                                    fused sums fit two CTAs per SM);
+//                                    the CTAs, 8 and 16 (the 16-bit backward of layer_norm and
+//                                    rms_norm: more of its fused sums' CTAs fit an SM);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
@@ -274,7 +274,8 @@ constexpr int kSliceChunkBytes = 64;
 // thread on twice the CTAs, OpTraits::kClusterPacks): 64 KB of sums and 16 KB of weight a CTA,
 // two CTAs per SM; fused, the H100's step took 0.83x / 0.81x the two-pass one at bf16 65536 /
 // 131072, where 4 such CTAs at 32768 took 1.07x the 2-CTA 8-pack kernel's (kept); longer rows
-// stay two-pass (NOTES.md §34).
+// stay two-pass. rms_norm's one sum on those clusters (48 KB a CTA, four per SM against two):
+// 0.94x / 0.89x its 8-pack step (NOTES.md §34).
 constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster, int elem_size,
                               int column_sums) {
   const bool two_16bit = column_sums == 2 && elem_size < 4;
