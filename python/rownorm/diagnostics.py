@@ -26,6 +26,7 @@ _INT_KEYS = (
     "cluster",
     "packs",
     "stages",
+    "ctas_per_sm",
     "chunks",
     "chunk_rows",
 )
@@ -54,6 +55,9 @@ class Plan:
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies; strided tiles of 4-byte elements only on GPUs of at least 30 GB/s of DRAM
             bandwidth per SM); None where loads go straight to registers.
+        ctas_per_sm: ``2`` where the 512-thread x 8-pack CTA of softmax / log_softmax and
+            16-bit layer_norm forwards runs held to 64 registers a thread, two CTAs sharing an
+            SM (one's loads in flight while the other waits at its barriers); None elsewhere.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows, the
             forwards of rms_norm / layer_norm on the 512-thread x 8-pack CTA on GPUs of at
@@ -84,6 +88,7 @@ class Plan:
     cluster: int | None = None
     packs: int | None = None
     stages: int | None = None
+    ctas_per_sm: int | None = None
     kernel: str | None = None
     params: str | None = None
     param_grads: str | None = None
@@ -124,6 +129,8 @@ def _describe(p: Plan) -> str:
         )
     if p.stages:
         text += f"; the next {p.stages} {'tiles' if p.path == 'strided' else 'rows'} in flight"
+    if p.ctas_per_sm:
+        text += f"; {p.ctas_per_sm} CTAs per SM"
     if p.params == "once":
         text += "; parameters read once per CTA"
     if p.param_grads == "fused":

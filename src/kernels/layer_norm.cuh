@@ -47,6 +47,8 @@ struct LayerNormFwdOp {
   const W* weight;  // (n,) or nullptr
   const W* bias;    // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
+  // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
+  static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
 
   ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
     return {{weight, bias}, {1.0f, 0.0f}};

@@ -100,10 +100,16 @@ __global__ void __launch_bounds__(kTx* kTy)
 
 // One level of the finalize's tree, for each requested sum (blockIdx.z): out[z][s][d] =
 // Σ in[z][r][d] over the rows r of block s, [s·kFinalizeFan, (s+1)·kFinalizeFan) ∩ [0, rows),
-// rounded once to Out (the parameters' type on the last level, Acc on the inner ones). A block
-// is kFinalizeSubs sub-blocks of kFinalizeBatch rows: thread (column, sub-block) adds its rows
-// in order, its loads all issued ahead of the adds, and the column's first thread adds the
-// sub-blocks' sums in order. The sums depend on neither the launch shape nor the GPU.
+// rounded once to Out (the parameters' type on the last level, Acc on the inner ones). Thread
+// (column, y) adds rows first + y, first + y + kFinalizeSubs, ... of the block in order, and the
+// column's first thread adds the kFinalizeSubs sums in y order. Interleaved, every thread of a
+// column has rows even in a block of 32 (the slice sums' 16-bit rows past 32768 leave 32-64
+// partial rows), where contiguous sub-blocks of kFinalizeBatch rows left three of four threads
+// idle: 30 µs for the 32 MB of layer_norm bf16 131072's partials on the H100, 14.7 µs
+// interleaved with 16-byte loads (benchmarks/results/h100/NOTES.md §35). A thread owns kV
+// adjacent columns (a 16-byte load per row where the launcher allows it), with kFinalizeBatch
+// / kV loads in flight, all issued before the first add. The sums depend on neither kV nor the
+// launch shape nor the GPU.
 template <typename Acc, typename Out>
 struct FinalizeLevel {
   const Acc* in[2];  // [rows][n] per sum, nullptr for a sum not requested
@@ -113,58 +119,96 @@ struct FinalizeLevel {
 };
 
 constexpr int kFinalizeSubs = kFinalizeFan / kFinalizeBatch;
-constexpr int kFinalizeCols = 64;  // columns per CTA (of kFinalizeCols x kFinalizeSubs threads)
+constexpr int kFinalizeCols = 64;  // threads per CTA along the columns (x kFinalizeSubs)
 
-template <typename Acc, typename Out>
+template <typename Acc, int kV>
+struct alignas(sizeof(Acc) * kV) AccVec {
+  Acc v[kV];
+};
+
+template <typename Acc, typename Out, int kV>
 __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     ParamGradFinalizeKernel(const FinalizeLevel<Acc, Out> t) {
-  __shared__ Acc subs[kFinalizeSubs][kFinalizeCols];
+  using V = AccVec<Acc, kV>;
+  constexpr int kLoads = kFinalizeBatch / kV;
+  __shared__ V subs[kFinalizeSubs][kFinalizeCols];
   // z counts the requested sums: sum 1 alone runs as z = 0. No dynamic index into the params.
   const bool second = blockIdx.z == 1 || t.in[0] == nullptr;
   const Acc* in = second ? t.in[1] : t.in[0];
   Out* out = second ? t.out[1] : t.out[0];
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kFinalizeCols + threadIdx.x;
+  const int64_t d = (static_cast<int64_t>(blockIdx.x) * kFinalizeCols + threadIdx.x) * kV;
   const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+  const int y = threadIdx.y;
   for (int64_t s = blockIdx.y; s < blocks; s += gridDim.y) {
     const int64_t first = s * kFinalizeFan;
     const int count = static_cast<int>(min(int64_t{kFinalizeFan}, t.rows - first));
-    const int sub_first = threadIdx.y * kFinalizeBatch;
-    const int sub_count = min(kFinalizeBatch, count - sub_first);  // <= 0: past the block
-    if (d < t.n && sub_count > 0) {
-      const Acc* p = in + (first + sub_first) * t.n + d;
-      // Every load unconditional (a short sub-block re-reads its last row), so that all are
-      // issued before the first add: a load under `k < count` was issued after the add before
-      // it.
-      Acc v[kFinalizeBatch];
+    const int mine = count > y ? (count - y + kFinalizeSubs - 1) / kFinalizeSubs : 0;
+    V sum;
 #pragma unroll
-      for (int k = 0; k < kFinalizeBatch; ++k) v[k] = p[min(k, sub_count - 1) * t.n];
-      Acc sum = v[0];
+    for (int e = 0; e < kV; ++e) sum.v[e] = Acc(0);
+    if (d < t.n && mine > 0) {
+      const Acc* p = in + (first + y) * t.n + d;
+      const int64_t step = int64_t{kFinalizeSubs} * t.n;
+      for (int b = 0; b < mine; b += kLoads) {
+        // Every load unconditional (past the thread's last row it re-reads that row), so that
+        // all are issued before the first add.
+        V v[kLoads];
 #pragma unroll
-      for (int k = 1; k < kFinalizeBatch; ++k) {
-        if (k < sub_count) sum += v[k];
+        for (int k = 0; k < kLoads; ++k) {
+          v[k] = *reinterpret_cast<const V*>(p + min(b + k, mine - 1) * step);
+        }
+#pragma unroll
+        for (int k = 0; k < kLoads; ++k) {
+          if (b + k < mine) {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) sum.v[e] += v[k].v[e];
+          }
+        }
       }
-      subs[threadIdx.y][threadIdx.x] = sum;
     }
+    subs[y][threadIdx.x] = sum;
     __syncthreads();
-    if (threadIdx.y == 0 && d < t.n) {
-      Acc sum = subs[0][threadIdx.x];
+    if (y == 0 && d < t.n) {
+      V total = subs[0][threadIdx.x];
 #pragma unroll
-      for (int y = 1; y < kFinalizeSubs; ++y) {
-        if (y * kFinalizeBatch < count) sum += subs[y][threadIdx.x];
+      for (int z = 1; z < kFinalizeSubs; ++z) {
+        if (z < count) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) total.v[e] += subs[z][threadIdx.x].v[e];
+        }
       }
-      out[s * t.n + d] = FromAcc<Out>(sum);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) out[s * t.n + d + e] = FromAcc<Out>(total.v[e]);
     }
     __syncthreads();
   }
 }
 
+// 16-byte loads where every column group is whole and aligned and the grid still fills the
+// GPU (at least the CTAs it holds at once): n = 1024's first level (4 column groups x 4 blocks
+// x 2 sums) took 17.5 µs with them against 4.6 µs one column a thread.
 template <typename Acc, typename Out>
 cudaError_t LaunchFinalizeLevel(const FinalizeLevel<Acc, Out>& t, cudaStream_t stream) {
+  constexpr int kV = 16 / sizeof(Acc);
+  constexpr auto kWide = ParamGradFinalizeKernel<Acc, Out, kV>;
+  const dim3 block(kFinalizeCols, kFinalizeSubs);
   const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
   const unsigned sums = (t.in[0] != nullptr) + (t.in[1] != nullptr);
-  const dim3 grid(GridFor((t.n + kFinalizeCols - 1) / kFinalizeCols),
-                  GridFor(std::min<int64_t>(blocks, 65535)), sums);
-  ParamGradFinalizeKernel<Acc, Out><<<grid, dim3(kFinalizeCols, kFinalizeSubs), 0, stream>>>(t);
+  const auto grid = [&](int cols) {
+    return dim3(GridFor((t.n + int64_t{kFinalizeCols} * cols - 1) / (kFinalizeCols * cols)),
+                GridFor(std::min<int64_t>(blocks, 65535)), sums);
+  };
+  int resident = 0;
+  const cudaError_t err = ResidentCtas<kWide, 0>(kFinalizeCols * kFinalizeSubs, &resident);
+  if (err != cudaSuccess) return err;
+  const dim3 wide = grid(kV);
+  bool vectors = t.n % kV == 0 && int64_t{wide.x} * wide.y * wide.z >= resident;
+  for (int z = 0; z < 2; ++z) vectors = vectors && reinterpret_cast<uintptr_t>(t.in[z]) % 16 == 0;
+  if (vectors) {
+    kWide<<<wide, block, 0, stream>>>(t);
+  } else {
+    ParamGradFinalizeKernel<Acc, Out, 1><<<grid(1), block, 0, stream>>>(t);
+  }
   return cudaGetLastError();
 }
 

@@ -47,8 +47,9 @@ inline int64_t ParamGradChunks(int64_t rows) {
 }
 
 // The finalize's tree: each level adds blocks of kFinalizeFan consecutive rows of partials, as
-// kFinalizeFan / kFinalizeBatch sub-blocks each added in order by one thread per column (its
-// loads all in flight), their sums then added in order, until one row is left. A thread per
+// kFinalizeFan / kFinalizeBatch interleaved sub-blocks (every kFinalizeFan / kFinalizeBatch-th
+// row) each added in order by one thread per column (up to kFinalizeBatch loads in flight),
+// their sums then added in order, until one row is left (param_grad.cu). A thread per
 // column walking every chunk in turn was latency-bound: 38 µs for the 32 MB of partials of a
 // bf16 rms_norm backward at 2^27 elements on the H100, 7% of the step
 // (benchmarks/results/h100/NOTES.md §16). One level is one launch: blocks of 256 take the CTA

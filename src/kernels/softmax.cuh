@@ -44,8 +44,8 @@ struct OnlineSoftmaxOp {
 template <typename T, typename Acc>
 struct SoftmaxFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;                // x
-  static constexpr bool kPrefetchRows = true;  // op_traits.h
+  static constexpr int kIn = 1;                   // x
+  static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
   bool log;
 
   template <class Row>

@@ -137,21 +137,6 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
   return cudaGetLastError();
 }
 
-// Rows in flight ahead of the current one (PrefetchedRows, tier_kernels.cuh) of a CTA-tier
-// kThreads x kVecs configuration: two for ops with kPrefetchRows (op_traits.h) on the wide CTA
-// (512 threads x 8 packs, one per SM); 0 (rows loaded straight into registers) elsewhere. (The
-// cluster tier keeps its rows in flight with bulk copies: BulkRowKernel.)
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr int RowStages() {
-  const bool wide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
-  return OpTraits<Op>::kPrefetchRows && Args::kNumIn == 1 && !Args::kMixed && wide ? 2 : 0;
-}
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr size_t RowStageBytes() {
-  return RowStages<Op, Args, kThreads, kVecs>() *
-         sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
-}
-
 // ---------------------------------------------------------------------------------------
 // The row tiers.
 
@@ -327,17 +312,12 @@ cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
   });
 }
 
-// The wide CTA kernel with rows prefetched (RowStages > 0), and how many of its CTAs the device
-// holds at once: 0 where not one fits (then the kernel without stages runs).
-template <class Op, class Args>
-constexpr auto PrefetchingWideCta =
-    CtaRowKernel<Op, Args, Args::kPackWidth, kWideCtaVecs, kWideCtaThreads,
-                 RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>()>;
-template <class Op, class Args>
-cudaError_t PrefetchingWideCtas(int* ctas) {
-  return ResidentCtas<PrefetchingWideCta<Op, Args>,
-                      RowStageBytes<Op, Args, kWideCtaThreads, kWideCtaVecs>()>(kWideCtaThreads,
-                                                                                ctas);
+// The wide CTA held to two per SM (CtaRowKernel2PerSm), for ops of one input with
+// OpTraits::kWideCtaTwoPerSm.
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr bool WideTwoPerSmExists() {
+  return OpTraits<Op>::kWideCtaTwoPerSm && OpTraits<Op>::kWideCluster && Args::kNumIn == 1 &&
+         kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
 }
 
 // The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
@@ -367,15 +347,27 @@ constexpr bool CtaParamsExist() {
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
 
-// How many CTAs of the kThreads x kVecs configuration the device holds at once: of
-// CtaParamRowKernel (*kept) and of CtaRowKernel (*plain).
-template <class Op, class Args, int kThreads, int kVecs>
-cudaError_t CtaResidency(int* kept, int* plain) {
-  const cudaError_t err = ResidentCtas<CtaParamKernel<Op, Args, kThreads, kVecs>,
-                                       CtaParamSmem<Op, Args, kThreads, kVecs>()>(kThreads, kept);
-  if (err != cudaSuccess) return err;
-  return ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>, 0>(kThreads,
-                                                                                    plain);
+// How many CTAs of the wide CTA's kernels of `Op` the device holds at once: CtaRowKernel
+// (*plain), CtaRowKernel2PerSm (*two; 0 where the op has none) and CtaParamRowKernel (*kept;
+// 0 where the op has none).
+template <class Op, class Args>
+cudaError_t WideCtaResidency(int* plain, int* two, int* kept) {
+  constexpr int kT = kWideCtaThreads;
+  constexpr int kV = kWideCtaVecs;
+  *two = *kept = 0;
+  cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kV, kT>, 0>(kT, plain);
+  if constexpr (WideTwoPerSmExists<Op, Args, kT, kV>()) {
+    if (err == cudaSuccess) {
+      err = ResidentCtas<CtaRowKernel2PerSm<Op, Args, Args::kPackWidth, kV, kT>, 0>(kT, two);
+    }
+  }
+  if constexpr (CtaParamsExist<Op, Args, kT, kV>()) {
+    if (err == cudaSuccess) {
+      err = ResidentCtas<CtaParamKernel<Op, Args, kT, kV>, CtaParamSmem<Op, Args, kT, kV>()>(kT,
+                                                                                             kept);
+    }
+  }
+  return err;
 }
 
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
@@ -412,30 +404,27 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         *plan = StreamingPlan(plan->vec);
       }
     }
-    if constexpr (CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>()) {
-      // The wide CTA's forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth
-      // per SM where that measured faster, if the device holds as many CTAs of that kernel as
-      // of the one that reads them per row (ties: the fewer bytes).
-      const std::optional<ClusterKind> forced = ForcedClusterKind();
-      const bool asked = forced == ClusterKind::kParams ||
-                         (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
-      if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
-          plan->packs == kWideCtaVecs && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
-          asked) {
-        int kept = 0, plain = 0;
-        err = CtaResidency<Op, Args, kWideCtaThreads, kWideCtaVecs>(&kept, &plain);
-        if (err != cudaSuccess) return err;
-        plan->params_once = kept > 0 && (forced == ClusterKind::kParams || kept >= plain);
-      }
-    }
-    constexpr int kStages = RowStages<Op, Args, kWideCtaThreads, kWideCtaVecs>();
-    if constexpr (kStages > 0) {
+    constexpr bool kTwo = WideTwoPerSmExists<Op, Args, kWideCtaThreads, kWideCtaVecs>();
+    constexpr bool kKept = CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>();
+    if constexpr (kTwo || kKept) {
       if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
           plan->packs == kWideCtaVecs) {
-        int ctas = 0;
-        err = PrefetchingWideCtas<Op, Args>(&ctas);
+        // The wide CTA: two per SM where the device holds more of those than of the plain
+        // kernel. Forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth per
+        // SM where that measured faster, if the device holds as many CTAs of that kernel as of
+        // the one that reads them per row (ties: the fewer bytes).
+        int plain = 0, two = 0, kept = 0;
+        err = WideCtaResidency<Op, Args>(&plain, &two, &kept);
         if (err != cudaSuccess) return err;
-        plan->stages = ctas > 0 ? kStages : 0;
+        plan->two_per_sm = two > plain;
+        const std::optional<ClusterKind> forced = ForcedClusterKind();
+        const bool asked = forced == ClusterKind::kParams ||
+                           (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
+        if (asked && kept > 0 && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
+            (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
+          plan->params_once = true;
+          plan->two_per_sm = false;
+        }
       }
     }
   }
@@ -513,13 +502,14 @@ cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaS
     }
   }
   if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
-  if constexpr (RowStages<Op, Args, kThreads, kVecs>() > 0) {
-    bool launched = false;
-    const cudaError_t err =
-        LaunchPersistent<PrefetchingWideCta<Op, Args>, RowStageBytes<Op, Args, kThreads, kVecs>()>(
-            a.rows, kThreads, stream, &launched, a, op);
-    if (err != cudaSuccess || launched) return err;
+  if constexpr (WideTwoPerSmExists<Op, Args, kThreads, kVecs>()) {
+    if (plan.two_per_sm) {
+      CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads>
+          <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+      return cudaGetLastError();
+    }
   }
+  if (plan.two_per_sm) return cudaErrorInvalidConfiguration;
   CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }

@@ -10,7 +10,7 @@
 //     static constexpr int kOut = 1;         // optional, default 1: row-shaped outputs
 //     static constexpr bool kWideCluster;    // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
-//     static constexpr bool kPrefetchRows;   // optional, default false (see below)
+//     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
@@ -50,12 +50,15 @@
 // then fit two CTAs per SM where 8 packs a thread fit one (layer_norm's two sums), or four where
 // 8 packs fit two (rms_norm's one): benchmarks/results/h100/NOTES.md §34.
 //
-// kPrefetchRows = true (ops of one input): on the wide CTA (512 threads x 8 packs, one CTA per
-// SM) the next rows are kept in flight into shared memory while the current one is reduced and
-// stored (PrefetchedRows, tier_kernels.cuh). It paid for softmax only: 0.83-0.90x the time on
-// the H200, where rms_norm and l2_normalize took up to 1.26x and every 256-thread cluster
-// 1.1-1.3x (benchmarks/results/h200/NOTES.md §4). The cluster tier keeps rows in flight its own
-// way (dispatch.cuh's ClusterKind), for every op.
+// kWideCtaTwoPerSm = true (ops of one input): the wide CTA (512 threads x 8 packs) runs held to
+// 64 registers a thread, two CTAs per SM (CtaRowKernel2PerSm, tier_kernels.cuh), where the
+// device holds more of those than of the plain kernel: the other CTA's loads are in flight
+// while one waits at its barriers. On the H100 that took softmax / log_softmax bf16 32768 and
+// 24576 and fp32 16384 0.88-0.95x the time (from 85-92% of copy to 97-98%; it replaced their
+// rows prefetched into shared memory), and 16-bit layer_norm 0.93-0.96x; rms_norm, l2 bf16
+// within 1%, and float32 layer_norm 1.05x at 16384 (its kernel spills at 64 registers):
+// benchmarks/results/h100/NOTES.md §35. The cluster tier keeps rows in flight its own way
+// (dispatch.cuh's ClusterKind), for every op.
 //
 // Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
@@ -100,10 +103,10 @@ template <class Op>
 struct WideCluster<Op, std::void_t<decltype(Op::kWideCluster)>>
     : std::bool_constant<Op::kWideCluster> {};
 template <class Op, class = void>
-struct PrefetchRows : std::false_type {};
+struct WideCtaTwoPerSm : std::false_type {};
 template <class Op>
-struct PrefetchRows<Op, std::void_t<decltype(Op::kPrefetchRows)>>
-    : std::bool_constant<Op::kPrefetchRows> {};
+struct WideCtaTwoPerSm<Op, std::void_t<decltype(Op::kWideCtaTwoPerSm)>>
+    : std::bool_constant<Op::kWideCtaTwoPerSm> {};
 template <class Op, class = void>
 struct ClusterPacks : std::integral_constant<int, 8> {};
 template <class Op>
@@ -136,7 +139,7 @@ struct OpTraits {
   static constexpr bool kWideCluster = op_traits_detail::WideCluster<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
-  static constexpr bool kPrefetchRows = op_traits_detail::PrefetchRows<Op>::value;
+  static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
 };
 

@@ -344,7 +344,7 @@ struct ParamSlices {
   }
 };
 
-// A row's packs staged in shared memory by a prefetching kernel (PrefetchedRows, through
+// A row's packs staged in shared memory by a prefetching kernel (CtaRowSumsStagedKernel, through
 // CachedRow::Prefetch): thread t's pack k of input i at [k][i][t] (a warp's 16-byte accesses
 // contiguous). The launcher sizes the kernel's shared memory from it.
 template <class Args, int kVec, int kVecs, int kThreads>

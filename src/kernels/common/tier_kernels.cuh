@@ -71,39 +71,33 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
   }
 }
 
-// Rows first, first + step, ... of one team (uniform across it) through PipelineUnits: loaded
-// straight into registers, a CTA of 512 threads x 8 packs (one per SM) has nothing in flight
-// from its row's barriers to its last store. Used where it measured faster
-// (OpTraits::kPrefetchRows, dispatch.cuh's RowStages). The kernel's dynamic shared memory holds
-// kStages Row::Stage.
-template <class Row, class Op, class Args, class Team, int kStages>
-ROWNORM_DEVICE void PrefetchedRows(const Args& args, const Op& op, Team& team, int64_t first,
-                                   int64_t step) {
-  auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
-  PipelineUnits<kStages>(
-      first, step, args.rows,
-      [&](int64_t row, int s) { Row::Prefetch(team, args, row, stages[s]); },
-      [&](int64_t row, int s, auto refill) {
-        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]));
-        op(r);
-        refill();  // the row's stores have used every staged pack
-      });
-}
-
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kStages = 0>
-__global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const Op op) {
+// The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a grid of one CTA per row, or the
+// persistent grids below).
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
-  if constexpr (kStages > 0) {
-    PrefetchedRows<Row, Op, Args, CtaTeam<kThreads>, kStages>(args, op, team, blockIdx.x,
-                                                              gridDim.x);
-  } else {
-    for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
-      Row r(team, args, row, true);
-      op(r);
-    }
+  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+    Row r(team, args, row, true);
+    op(r);
   }
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+__global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const Op op) {
+  CtaRows<Op, Args, kVec, kVecs, kThreads>(args, op);
+}
+
+// The wide CTA (512 threads x 8 packs) held to 64 registers a thread, so that two share an SM:
+// one CTA alone on its SM leaves the SM's memory idle from the row's first barrier to its
+// stores, where the other CTA's loads are now in flight (ops with OpTraits::kWideCtaTwoPerSm,
+// where that measured faster; the row is 32 registers of packs). A second kernel, not a bound
+// on CtaRowKernel, whose other configurations keep ptxas's own choice (see
+// ClusterRowKernel2PerSm).
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+__global__ void __launch_bounds__(kThreads, 2) CtaRowKernel2PerSm(const Args args, const Op op) {
+  CtaRows<Op, Args, kVec, kVecs, kThreads>(args, op);
 }
 
 // Fused parameter gradients: the CTA and group tiers with column sums. A "chunk" is the
