@@ -148,14 +148,19 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     for (int e = 0; e < kV; ++e) sum.v[e] = Acc(0);
     if (d < t.n && mine > 0) {
       const Acc* p = in + (first + y) * t.n + d;
-      const int64_t step = int64_t{kFinalizeSubs} * t.n;
-      for (int b = 0; b < mine; b += kLoads) {
+      // mine <= kFinalizeBatch: at most kV rounds of kLoads rows. The offsets are (row · subs) ·
+      // t.n: with a 64-bit step held in a register instead, ptxas interleaved the loads with
+      // the adds (6 of 64 in flight, 32 registers; 128 this way).
+#pragma unroll
+      for (int round = 0; round < kV; ++round) {
+        const int b = round * kLoads;
+        if (b >= mine) break;
         // Every load unconditional (past the thread's last row it re-reads that row), so that
         // all are issued before the first add.
         V v[kLoads];
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
-          v[k] = *reinterpret_cast<const V*>(p + min(b + k, mine - 1) * step);
+          v[k] = *reinterpret_cast<const V*>(p + (min(b + k, mine - 1) * kFinalizeSubs) * t.n);
         }
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
