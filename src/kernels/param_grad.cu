@@ -189,9 +189,11 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
   }
 }
 
-// 16-byte loads where every column group is whole and aligned and the grid still fills the
-// GPU (at least the CTAs it holds at once): n = 1024's first level (4 column groups x 4 blocks
-// x 2 sums) took 17.5 µs with them against 4.6 µs one column a thread.
+// 16-byte loads where every column group is whole and aligned and the grid still has at least
+// half the CTAs the device holds at once (two an SM). On the H100: n = 1024's first level (4
+// column groups x 4 blocks x 2 sums) took 17.5 µs with them against 4.6 µs one column a
+// thread; layer_norm bf16 32768 (256 CTAs of them) 14.9 against 12.6; 65536 / 131072 (512 /
+// 1024) 15.6 / 14.7 against 21.5 / 30.2 (benchmarks/results/h100/NOTES.md §35).
 template <typename Acc, typename Out>
 cudaError_t LaunchFinalizeLevel(const FinalizeLevel<Acc, Out>& t, cudaStream_t stream) {
   constexpr int kV = 16 / sizeof(Acc);
@@ -207,7 +209,7 @@ cudaError_t LaunchFinalizeLevel(const FinalizeLevel<Acc, Out>& t, cudaStream_t s
   const cudaError_t err = ResidentCtas<kWide, 0>(kFinalizeCols * kFinalizeSubs, &resident);
   if (err != cudaSuccess) return err;
   const dim3 wide = grid(kV);
-  bool vectors = t.n % kV == 0 && int64_t{wide.x} * wide.y * wide.z >= resident;
+  bool vectors = t.n % kV == 0 && 2 * int64_t{wide.x} * wide.y * wide.z >= resident;
   for (int z = 0; z < 2; ++z) vectors = vectors && reinterpret_cast<uintptr_t>(t.in[z]) % 16 == 0;
   if (vectors) {
     kWide<<<wide, block, 0, stream>>>(t);
