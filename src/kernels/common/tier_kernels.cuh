@@ -71,8 +71,8 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
   }
 }
 
-// The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a grid of one CTA per row, or the
-// persistent grids below).
+// The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a CTA per row, in a grid that GridFor
+// caps).
 template <class Op, class Args, int kVec, int kVecs, int kThreads>
 ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
