@@ -121,17 +121,12 @@ struct FinalizeLevel {
 constexpr int kFinalizeSubs = kFinalizeFan / kFinalizeBatch;
 constexpr int kFinalizeCols = 64;  // threads per CTA along the columns (x kFinalizeSubs)
 
-template <typename Acc, int kV>
-struct alignas(sizeof(Acc) * kV) AccVec {
-  Acc v[kV];
-};
-
 template <typename Acc, typename Out, int kV>
 __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     ParamGradFinalizeKernel(const FinalizeLevel<Acc, Out> t) {
-  using V = AccVec<Acc, kV>;
+  using P = Pack<Acc, kV>;
   constexpr int kLoads = kFinalizeBatch / kV;
-  __shared__ V subs[kFinalizeSubs][kFinalizeCols];
+  __shared__ P subs[kFinalizeSubs][kFinalizeCols];
   // z counts the requested sums: sum 1 alone runs as z = 0. No dynamic index into the params.
   const bool second = blockIdx.z == 1 || t.in[0] == nullptr;
   const Acc* in = second ? t.in[1] : t.in[0];
@@ -143,9 +138,7 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     const int64_t first = s * kFinalizeFan;
     const int count = static_cast<int>(min(int64_t{kFinalizeFan}, t.rows - first));
     const int mine = count > y ? (count - y + kFinalizeSubs - 1) / kFinalizeSubs : 0;
-    V sum;
-#pragma unroll
-    for (int e = 0; e < kV; ++e) sum.v[e] = Acc(0);
+    Acc sum[kV] = {};
     if (d < t.n && mine > 0) {
       const Acc* p = in + (first + y) * t.n + d;
       // mine <= kFinalizeBatch: at most kV rounds of kLoads rows. The offsets are (row · subs) ·
@@ -157,33 +150,35 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
         if (b >= mine) break;
         // Every load unconditional (past the thread's last row it re-reads that row), so that
         // all are issued before the first add.
-        V v[kLoads];
+        P v[kLoads];
 #pragma unroll
-        for (int k = 0; k < kLoads; ++k) {
-          v[k] = *reinterpret_cast<const V*>(p + (min(b + k, mine - 1) * kFinalizeSubs) * t.n);
-        }
+        for (int k = 0; k < kLoads; ++k)
+          v[k].Load(p + (min(b + k, mine - 1) * kFinalizeSubs) * t.n);
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
           if (b + k < mine) {
 #pragma unroll
-            for (int e = 0; e < kV; ++e) sum.v[e] += v[k].v[e];
+            for (int e = 0; e < kV; ++e) sum[e] += v[k].Get(e);
           }
         }
       }
     }
-    subs[y][threadIdx.x] = sum;
+#pragma unroll
+    for (int e = 0; e < kV; ++e) subs[y][threadIdx.x].Set(e, sum[e]);
     __syncthreads();
     if (y == 0 && d < t.n) {
-      V total = subs[0][threadIdx.x];
+      Acc total[kV];
+#pragma unroll
+      for (int e = 0; e < kV; ++e) total[e] = subs[0][threadIdx.x].Get(e);
 #pragma unroll
       for (int z = 1; z < kFinalizeSubs; ++z) {
         if (z < count) {
 #pragma unroll
-          for (int e = 0; e < kV; ++e) total.v[e] += subs[z][threadIdx.x].v[e];
+          for (int e = 0; e < kV; ++e) total[e] += subs[z][threadIdx.x].Get(e);
         }
       }
 #pragma unroll
-      for (int e = 0; e < kV; ++e) out[s * t.n + d + e] = FromAcc<Out>(total.v[e]);
+      for (int e = 0; e < kV; ++e) out[s * t.n + d + e] = FromAcc<Out>(total[e]);
     }
     __syncthreads();
   }
