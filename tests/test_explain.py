@@ -114,8 +114,11 @@ def test_table_plan_holds_the_row(elem_size, clusters, wide, packs):
                 assert plan["packs"] == str(4 if packs == 4 and half else 8), (n, plan)
                 if plan["packs"] == "4":
                     assert plan["cluster"] in ("8", "16"), (n, plan)
-            if plan["tier"] != "streaming" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
-                assert wide, f"512 threads x 8 packs planned for a narrow op: {n}, {plan}"
+            if plan["tier"] == "cta" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
+                assert wide, f"the wide CTA planned for an op without it: {n}, {plan}"
+            if plan["tier"] == "streaming" and clusters:
+                # every op runs the wide cluster: only rows past it stream
+                assert n > 16 * 512 * 8 * vec, (n, plan)
 
 
 @pytest.mark.parametrize("clusters", [True, False])
@@ -213,7 +216,7 @@ def test_log_plan_cpu():
 
 def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int]:
     """(clusters, wide, packs) the launcher plans with: clusters on sm_90+ unless
-    ROWNORM_DISABLE_CLUSTERS; wide unless the op sets kWideCluster = false (the LayerNorm
+    ROWNORM_DISABLE_CLUSTERS; the wide CTA unless the op sets kWideCta = false (the LayerNorm
     backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh,
     rms_norm.cuh); 4 packs a thread on the cluster tier for the 16-bit LayerNorm and RMSNorm
     backward (kClusterPacks)."""

@@ -123,8 +123,9 @@ std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool 
 }
 
 // The tier table alone (PlanRowTier through PlanRowProblem), on any machine: rows of n elements
-// of elem_size bytes whose operands allow full packs, of an op whose cluster rows hold
-// cluster_packs packs a thread (OpTraits::kClusterPacks).
+// of elem_size bytes whose operands allow full packs, of an op that may run the wide CTA
+// (`wide`: OpTraits::kWideCta) and whose cluster rows hold cluster_packs packs a thread
+// (OpTraits::kClusterPacks).
 std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wide,
                             int64_t cluster_packs) {
   constexpr const char* kTable = "plan_row_tier";

@@ -77,7 +77,9 @@ template <typename T, typename Acc, typename W>
 struct LayerNormBwdOp {
   using Elem = T;
   static constexpr int kIn = 2;                // x, dy
-  static constexpr bool kWideCluster = false;  // spills at 128 registers: streams instead
+  // Rows of the wide CTA's lengths on 2-CTA clusters, whose fused sums fit (op_traits.h): the
+  // wide CTA's 16-bit sums (256 KB) do not
+  static constexpr bool kWideCta = false;
   static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
   // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;

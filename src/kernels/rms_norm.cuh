@@ -110,8 +110,9 @@ struct RmsNormBwdOp {
   static constexpr int kIn = kInputs;
   static constexpr int kOut = 1 + Operands::kCopies;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
-  // Three cached inputs at 512 threads x 8 packs spill (128 registers): 256-thread clusters.
-  static constexpr bool kWideCluster = kInputs < 3;
+  // Three inputs: rows of the wide CTA's lengths on 2-CTA clusters (op_traits.h), where the
+  // wide CTA's register kernel spills (128 registers)
+  static constexpr bool kWideCta = kInputs < 3;
   // 16-bit rows of two inputs on clusters of 4 packs a thread: their fused sums' CTAs fit
   // four to an SM where 8 packs fit two (op_traits.h)
   static constexpr int kClusterPacks = kInputs == 2 && sizeof(Elem) == 2 ? 4 : 8;

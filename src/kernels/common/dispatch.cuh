@@ -199,7 +199,7 @@ constexpr auto ClusterKernel() {
 
 // f(kThreads, kCluster, kVecs) (std::integral_constant<int, ·> each) for the cluster-tier
 // configuration of `plan` that the table plans for Op (plan.h): 256 x 8-pack clusters of 2-16
-// CTAs, the wide cluster (16 x 512 x 8, ops with kWideCluster); for ops with kClusterPacks = 4,
+// CTAs, the wide cluster (16 x 512 x 8); for ops with kClusterPacks = 4,
 // 256 x 4 packs on 8 and 16 CTAs and 256 x 8 on 2 and 16 only. cudaErrorInvalidConfiguration
 // for a configuration the table never plans.
 template <class Op, class F>
@@ -211,10 +211,8 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
   using I8 = std::integral_constant<int, kClusterVecs>;
   using I4 = std::integral_constant<int, kClusterHalfVecs>;
   using IMax = std::integral_constant<int, kMaxCluster>;
-  if constexpr (OpTraits<Op>::kWideCluster) {
-    if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
-      return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I8{});
-    }
+  if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
+    return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I8{});
   }
   if (plan.threads != kClusterThreads) return cudaErrorInvalidConfiguration;
   if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
@@ -316,7 +314,7 @@ cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
 // OpTraits::kWideCtaTwoPerSm.
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr bool WideTwoPerSmExists() {
-  return OpTraits<Op>::kWideCtaTwoPerSm && OpTraits<Op>::kWideCluster && Args::kNumIn == 1 &&
+  return OpTraits<Op>::kWideCtaTwoPerSm && OpTraits<Op>::kWideCta && Args::kNumIn == 1 &&
          kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
 }
 
@@ -338,7 +336,7 @@ template <class Op, class Args, int kThreads, int kVecs>
 constexpr bool CtaParamsExist() {
   constexpr bool kWide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
   if constexpr (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0 || !kWide ||
-                !OpTraits<Op>::kWideCluster || Args::kNumIn != 1) {
+                !OpTraits<Op>::kWideCta || Args::kNumIn != 1) {
     return false;
   } else {
     return CtaParamSmem<Op, Args, kThreads, kVecs>() <= kMaxClusterSmem;
@@ -379,7 +377,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
-                         OpTraits<Op>::kWideCluster, OpTraits<Op>::kClusterPacks);
+                         OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
@@ -544,7 +542,7 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
           case 128: return LaunchCtaRow<Op, Args, 128>(a, op, plan, stream);
           case 256: return LaunchCtaRow<Op, Args, 256>(a, op, plan, stream);
           case 512:
-            if constexpr (OpTraits<Op>::kWideCluster) {
+            if constexpr (OpTraits<Op>::kWideCta) {
               if (plan.packs == kWideCtaVecs) {
                 return LaunchCtaRow<Op, Args, kWideCtaThreads, kWideCtaVecs>(a, op, plan, stream);
               }
@@ -676,7 +674,7 @@ cudaError_t WithSliceTeam(const RowPlan& k, F f) {
   using IOne = std::integral_constant<int, 1>;
   static_assert(kWideCtaThreads == 512 && kWideClusterThreads == 512, "I512 is both");
   if (k.tier == RowTier::kCta && k.threads == 512) {
-    if constexpr (OpTraits<Op>::kWideCluster) {
+    if constexpr (OpTraits<Op>::kWideCta) {
       if (k.packs == kWideCtaVecs) {
         return team(I512{}, std::integral_constant<int, kWideCtaVecs>{}, IOne{});
       }
@@ -697,7 +695,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
-                        PlanClusters(dev.cc_major), OpTraits<Op>::kWideCluster,
+                        PlanClusters(dev.cc_major), OpTraits<Op>::kWideCta,
                         OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {

@@ -8,7 +8,7 @@
 //     static constexpr int kIn = 2;          // required: row-shaped inputs (x, dy, ...)
 //     using OutElem = T;                     // optional, default Elem: element type of outputs
 //     static constexpr int kOut = 1;         // optional, default 1: row-shaped outputs
-//     static constexpr bool kWideCluster;    // optional, default true (see below)
+//     static constexpr bool kWideCta;        // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
@@ -40,9 +40,10 @@
 // x[i] is input i at column col, in the accumulator type; the value returned by a Store
 // function is rounded to OutElem.
 //
-// kWideCluster = false: the body needs more than 128 registers per thread with 8 packs of every
-// input cached, so its rows skip the 512-thread x 8-pack configurations (the wide CTA and the
-// wide cluster) and run on 256-thread clusters or streaming instead of spilling.
+// kWideCta = false: rows of the wide CTA's lengths (more than 512 threads x 4 packs, at most
+// 512 x 8) run on 2-CTA clusters of 256 x 8 packs instead (the backward of layer_norm and
+// add_rms_norm, whose fused sums fit those: kernels/layer_norm.cuh, rms_norm.cuh). Every op
+// runs the wide cluster (16 x 512 x 8 packs): the longest rows stream only past it.
 //
 // kClusterPacks = 4: the cluster tier holds the rows that 4 to 8 CTAs of 8 packs a thread would
 // with 4 packs a thread on 8 and 16 CTAs (plan.h, kClusterHalfVecs), the others as other ops do.
@@ -98,10 +99,9 @@ struct OutCount : std::integral_constant<int, 1> {};
 template <class Op>
 struct OutCount<Op, std::void_t<decltype(Op::kOut)>> : std::integral_constant<int, Op::kOut> {};
 template <class Op, class = void>
-struct WideCluster : std::true_type {};
+struct WideCta : std::true_type {};
 template <class Op>
-struct WideCluster<Op, std::void_t<decltype(Op::kWideCluster)>>
-    : std::bool_constant<Op::kWideCluster> {};
+struct WideCta<Op, std::void_t<decltype(Op::kWideCta)>> : std::bool_constant<Op::kWideCta> {};
 template <class Op, class = void>
 struct WideCtaTwoPerSm : std::false_type {};
 template <class Op>
@@ -136,7 +136,7 @@ struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
 template <class Op>
 struct OpTraits {
   static constexpr int kOut = op_traits_detail::OutCount<Op>::value;
-  static constexpr bool kWideCluster = op_traits_detail::WideCluster<Op>::value;
+  static constexpr bool kWideCta = op_traits_detail::WideCta<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;

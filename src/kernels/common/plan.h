@@ -124,8 +124,8 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //   n <= 512 threads x 4 packs       (8192 / 16384): one CTA per row, 128/256/512 threads;
 //   n <= 512 threads x 8 packs       (16384 / 32768): one CTA of 512 threads x 8 packs (the
 //                                    2-CTA cluster measured 95% of copy here, torch.compile's
-//                                    one-CTA kernel 99%); ops that need more than 128
-//                                    registers there (`wide` = false) use clusters.
+//                                    one-CTA kernel 99%); ops with `wide_cta` = false
+//                                    (OpTraits::kWideCta) use 2-CTA clusters there.
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable; the
 //                                    launcher checks that the device co-schedules it); with
@@ -137,7 +137,7 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
 // benchmarks/results/h100/NOTES.md has the measurements.
-inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide,
+inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cta,
                            int cluster_packs = kClusterVecs) {
   n = std::max(n, PlanLengthFloor());
   if (n <= int64_t{kPlanWarpSize} * kGroupVecs * vec) {
@@ -153,7 +153,7 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide,
       return {RowTier::kCta, vec, 0, threads, 0, kCtaVecs};
     }
   }
-  if (wide && n <= int64_t{kWideCtaThreads} * kWideCtaVecs * vec) {
+  if (wide_cta && n <= int64_t{kWideCtaThreads} * kWideCtaVecs * vec) {
     return {RowTier::kCta, vec, 0, kWideCtaThreads, 0, kWideCtaVecs};
   }
   if (clusters) {
@@ -170,7 +170,7 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide,
         return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterVecs};
       }
     }
-    if (wide && n <= int64_t{kMaxCluster} * kWideClusterThreads * kClusterVecs * vec) {
+    if (n <= int64_t{kMaxCluster} * kWideClusterThreads * kClusterVecs * vec) {
       return {RowTier::kCluster, vec, 0, kWideClusterThreads, kMaxCluster, kClusterVecs};
     }
   }
@@ -206,15 +206,15 @@ int RowVecWidth(const Args& a) {
 }
 
 // The plan of a row problem of `elem_size`-byte elements whose operands allow loads of
-// `load_vec` elements (RowVecWidth). `wide`: the op may run 512 threads x 8 packs;
+// `load_vec` elements (RowVecWidth). `wide_cta`: the op may run the wide CTA (OpTraits::kWideCta);
 // `cluster_packs`: its cluster rows' packs a thread (OpTraits::kClusterPacks).
-inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide,
-                              int cluster_packs = kClusterVecs) {
+inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters,
+                              bool wide_cta, int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
   if (elem_size == 8) return StreamingPlan(load_vec == vec ? vec : 1);
   if (load_vec != vec) return StreamingPlan(1);
-  return PlanRowTier(n, vec, clusters, wide, cluster_packs);
+  return PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -308,14 +308,14 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
 // multiple of the pack width.
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
-                                                 bool aligned, bool clusters, bool wide,
+                                                 bool aligned, bool clusters, bool wide_cta,
                                                  int column_sums, int row_inputs,
                                                  int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || n % vec != 0 || !aligned) {
     return std::nullopt;
   }
-  const RowPlan plan = PlanRowTier(n, vec, clusters, wide, cluster_packs);
+  const RowPlan plan = PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
