@@ -83,6 +83,7 @@ struct LayerNormBwdOp {
   static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
   // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
+  static constexpr int kClusterCtasPerSm = 2;  // register rows: two CTAs per SM (op_traits.h)
   const W* weight;   // (n,) or nullptr
   const Acc* stats;  // (rows, 2): the forward's (μ, r) per row
 

@@ -46,6 +46,9 @@ struct SoftmaxFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
+  // Cluster rows held to 64 registers, four CTAs per SM as l2_normalize's (op_traits.h; ptxas
+  // alone gives 72-76, three per SM)
+  static constexpr int kClusterCtasPerSm = 4;
   bool log;
 
   template <class Row>

@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
 }
 
 // The rows of the cluster tier's register kernels, cluster c running rows c, c + clusters, ...:
-// ClusterRowKernel and ClusterRowKernel2PerSm (a cluster per row), and ClusterParamRowKernel
+// ClusterRowKernel and ClusterRowKernelBounded (a cluster per row), and ClusterParamRowKernel
 // (Slices = ParamSlicesOf: a persistent grid of the clusters the device runs at once on aligned
 // rows, whose threads copy their columns' parameters once into dynamic shared memory instead of
 // reading them in every row; head == tail == 0 is checked on the host).
@@ -553,16 +553,14 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// Two CTAs per SM (at most 128 registers at 256 threads) for the cluster backward of ops with
-// two column sums (layer_norm; dispatch.cuh's ClusterKernel picks it). Left alone ptxas gives
-// it 131-135 registers, one CTA per SM: its 8-CTA rows (bf16 131072) took 1.30x the time of
-// this kernel (H100, benchmarks/results/h100/NOTES.md §20). A second kernel, not a bound on
-// ClusterRowKernel: any minimum-blocks argument there, even 1, changed ptxas's registers for
-// every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm 1.13-1.20x slower,
-// NOTES §18).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
-__global__ void __launch_bounds__(kThreads, 2)
-    ClusterRowKernel2PerSm(const Args args, const Op op) {
+// The cluster tier's 256-thread register rows held to the registers of kCtasPerSm CTAs per SM,
+// for ops with OpTraits::kClusterCtasPerSm (dispatch.cuh's ClusterKernel picks it). A second
+// kernel, not a bound on ClusterRowKernel: any minimum-blocks argument there, even 1, changed
+// ptxas's registers for every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm
+// 1.13-1.20x slower, benchmarks/results/h100/NOTES.md §18).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    ClusterRowKernelBounded(const Args args, const Op op) {
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
 }
 
