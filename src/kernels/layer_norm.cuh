@@ -76,14 +76,15 @@ struct LayerNormFwdOp {
 template <typename T, typename Acc, typename W>
 struct LayerNormBwdOp {
   using Elem = T;
-  static constexpr int kIn = 2;                // x, dy
+  static constexpr int kIn = 2;  // x, dy
   // Rows of the wide CTA's lengths on 2-CTA clusters, whose fused sums fit (op_traits.h): the
   // wide CTA's 16-bit sums (256 KB) do not
   static constexpr bool kWideCta = false;
-  static constexpr int kColumnSums = 2;        // Σ dy⊙ŷ, Σ dy
+  static constexpr int kColumnSums = 2;  // Σ dy⊙ŷ, Σ dy
   // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
-  static constexpr int kClusterCtasPerSm = 2;  // register rows: two CTAs per SM (op_traits.h)
+  // Register rows: two CTAs per SM (op_traits.h)
+  static constexpr int ClusterCtasPerSm(int) { return 2; }
   const W* weight;   // (n,) or nullptr
   const Acc* stats;  // (rows, 2): the forward's (μ, r) per row
 

@@ -47,8 +47,13 @@ struct SoftmaxFwdOp {
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
   // Cluster rows held to 64 registers, four CTAs per SM as l2_normalize's (op_traits.h; ptxas
-  // alone gives 72-76, three per SM)
-  static constexpr int kClusterCtasPerSm = 4;
+  // alone gives 72-76, three per SM). H100, forward, time held ÷ alone: bf16 65536 / 131072
+  // 0.959 / 0.887 (4 / 8 CTAs), 40000 0.868, log_softmax 131072 0.912, fp32 65536 0.972; 16-CTA
+  // rows from 72 to 82% of copy (bf16 262144). Not fp32 rows of 4 CTAs (16385-32768): at 99% of
+  // copy alone, 1.047x held (30 bytes spilled). benchmarks/results/h100/NOTES.md §36.
+  static constexpr int ClusterCtasPerSm(int cluster) {
+    return sizeof(T) == 4 && cluster <= 4 ? 0 : 4;
+  }
   bool log;
 
   template <class Row>

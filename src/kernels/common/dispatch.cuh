@@ -189,9 +189,10 @@ constexpr auto ClusterKernel() {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
-  } else if constexpr (kThreads == kClusterThreads && OpTraits<Op>::kClusterCtasPerSm > 0) {
+  } else if constexpr (kThreads == kClusterThreads &&
+                       OpTraits<Op>::ClusterCtasPerSm(kCluster) > 0) {
     return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                   OpTraits<Op>::kClusterCtasPerSm>;
+                                   OpTraits<Op>::ClusterCtasPerSm(kCluster)>;
   } else {
     return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   }
@@ -446,14 +447,6 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  // EXPERIMENT (to be removed): the unbounded register kernel, for an A/B in one build
-  if constexpr (kKind == ClusterKind::kRegisters && kThreads == kClusterThreads &&
-                OpTraits<Op>::kClusterCtasPerSm == 4) {
-    if (std::getenv("ROWNORM_EXP_UNBOUNDED") != nullptr) {
-      return cudaLaunchKernelEx(
-          &cfg, ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>, a, op);
-    }
-  }
   return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
                             op);
 }

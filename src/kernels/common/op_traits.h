@@ -12,7 +12,7 @@
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
-//     static constexpr int kClusterCtasPerSm;  // optional, default 0 (see below)
+//     static constexpr int ClusterCtasPerSm(int cluster);  // optional, default 0 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
@@ -62,11 +62,12 @@
 // benchmarks/results/h100/NOTES.md §35. The cluster tier keeps rows in flight its own way
 // (dispatch.cuh's ClusterKind), for every op.
 //
-// kClusterCtasPerSm = c > 0: the cluster tier's 256-thread register rows (ClusterRowKernel) run
-// held to the registers of c CTAs per SM (ClusterRowKernelBounded, tier_kernels.cuh), which
-// the launcher weighs against its other cluster kernels by how many clusters the device holds
-// (dispatch.cuh's PlanRowOp). layer_norm's backward: 2 (ptxas alone gave 131-135 registers, one
-// CTA per SM; its 8-CTA rows, bf16 131072, took 1.30x the time: NOTES.md §20).
+// ClusterCtasPerSm(cluster) = c > 0: the cluster tier's 256-thread register rows of `cluster`
+// CTAs (ClusterRowKernel) run held to the registers of c CTAs per SM (ClusterRowKernelBounded,
+// tier_kernels.cuh), which the launcher weighs against its other cluster kernels by how many
+// clusters the device holds (dispatch.cuh's PlanRowOp). layer_norm's backward: 2 (ptxas alone
+// gave 131-135 registers, one CTA per SM; its 8-CTA rows, bf16 131072, took 1.30x the time:
+// NOTES.md §20); softmax / log_softmax: 4 (kernels/softmax.cuh).
 //
 // Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
@@ -120,10 +121,9 @@ template <class Op>
 struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
     : std::integral_constant<int, Op::kClusterPacks> {};
 template <class Op, class = void>
-struct ClusterCtasPerSm : std::integral_constant<int, 0> {};
+struct HasClusterCtasPerSm : std::false_type {};
 template <class Op>
-struct ClusterCtasPerSm<Op, std::void_t<decltype(Op::kClusterCtasPerSm)>>
-    : std::integral_constant<int, Op::kClusterCtasPerSm> {};
+struct HasClusterCtasPerSm<Op, std::void_t<decltype(Op::ClusterCtasPerSm(0))>> : std::true_type {};
 template <class Op, class = void>
 struct NarrowingsOf {
   using type = NoNarrowing;
@@ -153,7 +153,13 @@ struct OpTraits {
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
-  static constexpr int kClusterCtasPerSm = op_traits_detail::ClusterCtasPerSm<Op>::value;
+  static constexpr int ClusterCtasPerSm(int cluster) {
+    if constexpr (op_traits_detail::HasClusterCtasPerSm<Op>::value) {
+      return Op::ClusterCtasPerSm(cluster);
+    } else {
+      return 0;
+    }
+  }
 };
 
 template <class Op>

@@ -208,8 +208,8 @@ int RowVecWidth(const Args& a) {
 // The plan of a row problem of `elem_size`-byte elements whose operands allow loads of
 // `load_vec` elements (RowVecWidth). `wide_cta`: the op may run the wide CTA (OpTraits::kWideCta);
 // `cluster_packs`: its cluster rows' packs a thread (OpTraits::kClusterPacks).
-inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters,
-                              bool wide_cta, int cluster_packs = kClusterVecs) {
+inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide_cta,
+                              int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
   if (elem_size == 8) return StreamingPlan(load_vec == vec ? vec : 1);

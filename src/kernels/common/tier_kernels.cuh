@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The cluster tier's 256-thread register rows held to the registers of kCtasPerSm CTAs per SM,
-// for ops with OpTraits::kClusterCtasPerSm (dispatch.cuh's ClusterKernel picks it). A second
+// for ops with OpTraits::ClusterCtasPerSm (dispatch.cuh's ClusterKernel picks it). A second
 // kernel, not a bound on ClusterRowKernel: any minimum-blocks argument there, even 1, changed
 // ptxas's registers for every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm
 // 1.13-1.20x slower, benchmarks/results/h100/NOTES.md §18).
