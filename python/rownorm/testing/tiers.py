@@ -40,9 +40,9 @@ def plan_row_tier(
 ) -> RowPlan:
     """The configuration of an ``n``-element row at the full pack width ``vec``. ``clusters``:
     sm_90+; ``wide``: the op runs the wide CTA, one CTA of 512 threads x 8 packs (the backward
-    of layer_norm and add_rms_norm runs 2-CTA clusters there instead); ``cluster_packs``: packs a thread of the op's cluster rows (4
-    for layer_norm's 16-bit backward, on twice the CTAs). float64 rows never reach this table:
-    they always stream (see :func:`tier_edge_lengths`)."""
+    of layer_norm and add_rms_norm runs 2-CTA clusters there instead); ``cluster_packs``: packs
+    a thread of the op's cluster rows (4 for layer_norm's 16-bit backward, on twice the CTAs).
+    float64 rows never reach this table: they always stream (see :func:`tier_edge_lengths`)."""
     import rownorm  # noqa: F401  (loads the library that defines the op)
 
     words = torch.ops.rownorm.plan_row_tier(
