@@ -178,6 +178,12 @@ constexpr bool ClusterKindExists() {
   }
 }
 
+// EXPERIMENT C8W: softmax / log_softmax forward rows of 8 CTAs x 512 x 8 packs held to 2 per SM.
+template <class Op>
+constexpr bool ExperimentC8W() {
+  return OpTraits<Op>::kWideCtaTwoPerSm && Op::kIn == 1 && OpTraits<Op>::ClusterCtasPerSm(8) == 4;
+}
+
 // The cluster kernel of a configuration.
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
           int kVecs = kClusterVecs>
@@ -189,6 +195,8 @@ constexpr auto ClusterKernel() {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
+  } else if constexpr (kThreads == kWideClusterThreads && kCluster == 8 && ExperimentC8W<Op>()) {
+    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster, 2>;
   } else if constexpr (kThreads == kClusterThreads &&
                        OpTraits<Op>::ClusterCtasPerSm(kCluster) > 0) {
     return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
@@ -213,7 +221,20 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
   using I4 = std::integral_constant<int, kClusterHalfVecs>;
   using IMax = std::integral_constant<int, kMaxCluster>;
   if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
+    if (plan.cluster == 8) {  // EXPERIMENT C8W: softmax's forward only
+      if constexpr (ExperimentC8W<Op>()) {
+        return f(std::integral_constant<int, kWideClusterThreads>{},
+                 std::integral_constant<int, 8>{}, I8{});
+      }
+      return cudaErrorInvalidConfiguration;
+    }
     return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I8{});
+  }
+  if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
+    if (plan.threads == kWideClusterThreads && plan.packs == kClusterHalfVecs &&
+        plan.cluster == kMaxCluster) {
+      return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I4{});
+    }
   }
   if (plan.threads != kClusterThreads) return cudaErrorInvalidConfiguration;
   if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {

@@ -164,9 +164,17 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cta,
           return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterHalfVecs};
         }
       }
+      if (n <= int64_t{kMaxCluster} * kWideClusterThreads * kClusterHalfVecs * vec &&
+          std::getenv("ROWNORM_EXPERIMENT_NO_WIDE_HALF") == nullptr) {
+        return {RowTier::kCluster, vec, 0, kWideClusterThreads, kMaxCluster, kClusterHalfVecs};
+      }
     }
     for (int cluster : {2, 4, 8, kMaxCluster}) {
       if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
+        if (cluster == kMaxCluster && cluster_packs == kClusterVecs &&
+            std::getenv("ROWNORM_EXPERIMENT_C8W") != nullptr) {
+          return {RowTier::kCluster, vec, 0, kWideClusterThreads, 8, kClusterVecs};
+        }
         return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterVecs};
       }
     }
