@@ -160,18 +160,22 @@ def test_slice_param_grads(op_id, dtype):
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
     # wide CTA (rms_norm) or 2-CTA clusters; clusters of 4 (16-bit) / 8 (fp32); 16-bit: the
-    # 512 x 4 CTA. 16-bit layer_norm: 2 CTAs of 8 packs, then clusters of 4 packs a thread
-    # (kClusterPacks) on 8 and 16 CTAs, and not the 8-pack clusters of longer rows (two-pass:
-    # plan.h)
+    # 512 x 4 CTA. 16-bit layer_norm and rms_norm: 2 CTAs of 8 packs, then clusters of 4 packs
+    # a thread (kClusterPacks) on 8 and 16 CTAs of 256 and 16 of 512; layer_norm not on the
+    # wide cluster of longer rows (two-pass: plan.h)
     lengths = [512 * 6 * vec, 4096 * 10 + vec]
     if elem == 2:
         lengths.append(512 * 3 * vec)
+    if elem == 2 and OPS[op_id].name in ("layer_norm", "rms_norm"):
+        lengths.append(4096 * 40 + vec)
     if elem == 2 and OPS[op_id].name == "layer_norm":
         lengths.append(4096 * 30 + vec)
-        for n, packs in ((4096 * 10 + vec, "4"), (4096 * 30 + vec, "4"), (4096 * 40 + vec, "8")):
-            probe = torch.empty((1 << 14, n), dtype=dtype, device="cuda")
+        shapes = ((4096 * 10 + vec, 4, 256), (4096 * 30 + vec, 4, 256), (4096 * 40 + vec, 4, 512))
+        for n, packs, threads in shapes + ((4096 * 70 + vec, 8, 512),):
+            probe = torch.empty((1 << 10, n), dtype=dtype, device="cuda")
             plan = rownorm.explain(probe, "layer_norm", backward=True, param_grads=True)
-            assert plan.tier == "cluster" and plan.packs == int(packs), (n, plan.raw)
+            assert plan.tier == "cluster" and plan.packs == packs, (n, plan.raw)
+            assert plan.threads == threads, (n, plan.raw)
         assert plan.param_grads == "two-pass", plan.raw
     for n in lengths:
         rows = 64

@@ -108,12 +108,15 @@ def test_table_plan_holds_the_row(elem_size, clusters, wide, packs):
             assert capacity(plan) >= n, (n, plan)
             if plan["tier"] == "cluster":
                 assert clusters, (n, plan)
-                # 4 packs a thread on 8 and 16 CTAs: rows past two CTAs of 256 x 8 packs that
-                # 16 CTAs of 256 x 4 hold
-                half = 2 * 256 * 8 * vec < n <= 16 * 256 * 4 * vec
+                # 4 packs a thread on 8 and 16 CTAs of 256, then on 16 of 512: rows past two
+                # CTAs of 256 x 8 packs that 16 CTAs of 512 x 4 hold
+                half = 2 * 256 * 8 * vec < n <= 16 * 512 * 4 * vec
                 assert plan["packs"] == str(4 if packs == 4 and half else 8), (n, plan)
                 if plan["packs"] == "4":
                     assert plan["cluster"] in ("8", "16"), (n, plan)
+                    wide = n > 16 * 256 * 4 * vec
+                    assert plan["threads"] == ("512" if wide else "256"), (n, plan)
+                    assert plan["cluster"] == "16" or not wide, (n, plan)
             if plan["tier"] == "cta" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
                 assert wide, f"the wide CTA planned for an op without it: {n}, {plan}"
             if plan["tier"] == "streaming" and clusters:

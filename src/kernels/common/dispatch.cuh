@@ -178,12 +178,6 @@ constexpr bool ClusterKindExists() {
   }
 }
 
-// EXPERIMENT C8W: softmax / log_softmax forward rows of 8 CTAs x 512 x 8 packs held to 2 per SM.
-template <class Op>
-constexpr bool ExperimentC8W() {
-  return OpTraits<Op>::kWideCtaTwoPerSm && Op::kIn == 1 && OpTraits<Op>::ClusterCtasPerSm(8) == 4;
-}
-
 // The cluster kernel of a configuration.
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
           int kVecs = kClusterVecs>
@@ -195,8 +189,6 @@ constexpr auto ClusterKernel() {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
-  } else if constexpr (kThreads == kWideClusterThreads && kCluster == 8 && ExperimentC8W<Op>()) {
-    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster, 2>;
   } else if constexpr (kThreads == kClusterThreads &&
                        OpTraits<Op>::ClusterCtasPerSm(kCluster) > 0) {
     return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
@@ -208,49 +200,36 @@ constexpr auto ClusterKernel() {
 
 // f(kThreads, kCluster, kVecs) (std::integral_constant<int, ·> each) for the cluster-tier
 // configuration of `plan` that the table plans for Op (plan.h): 256 x 8-pack clusters of 2-16
-// CTAs, the wide cluster (16 x 512 x 8); for ops with kClusterPacks = 4,
-// 256 x 4 packs on 8 and 16 CTAs and 256 x 8 on 2 and 16 only. cudaErrorInvalidConfiguration
-// for a configuration the table never plans.
+// CTAs, the wide cluster (16 x 512 x 8); for ops with kClusterPacks = 4, 256 x 8 packs on 2
+// CTAs, 256 x 4 on 8 and 16, 512 x 4 on 16 and the wide cluster only.
+// cudaErrorInvalidConfiguration for a configuration the table never plans.
 template <class Op, class F>
 cudaError_t WithClusterShape(const RowPlan& plan, F f) {
   static_assert(OpTraits<Op>::kClusterPacks == kClusterVecs ||
                     OpTraits<Op>::kClusterPacks == kClusterHalfVecs,
                 "the table plans 8 or 4 packs a thread on the cluster tier");
   using I256 = std::integral_constant<int, kClusterThreads>;
+  using I512 = std::integral_constant<int, kWideClusterThreads>;
+  using I2 = std::integral_constant<int, 2>;
   using I8 = std::integral_constant<int, kClusterVecs>;
   using I4 = std::integral_constant<int, kClusterHalfVecs>;
   using IMax = std::integral_constant<int, kMaxCluster>;
+  const bool narrow = plan.threads == kClusterThreads;
   if (plan.threads == kWideClusterThreads && plan.packs == kClusterVecs) {
-    if (plan.cluster == 8) {  // EXPERIMENT C8W: softmax's forward only
-      if constexpr (ExperimentC8W<Op>()) {
-        return f(std::integral_constant<int, kWideClusterThreads>{},
-                 std::integral_constant<int, 8>{}, I8{});
-      }
-      return cudaErrorInvalidConfiguration;
-    }
-    return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I8{});
+    return f(I512{}, IMax{}, I8{});
   }
   if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
-    if (plan.threads == kWideClusterThreads && plan.packs == kClusterHalfVecs &&
-        plan.cluster == kMaxCluster) {
-      return f(std::integral_constant<int, kWideClusterThreads>{}, IMax{}, I4{});
-    }
-  }
-  if (plan.threads != kClusterThreads) return cudaErrorInvalidConfiguration;
-  if constexpr (OpTraits<Op>::kClusterPacks == kClusterHalfVecs) {
-    if (plan.packs == kClusterHalfVecs && plan.cluster == 8) {
+    if (narrow && plan.packs == kClusterVecs && plan.cluster == 2) return f(I256{}, I2{}, I8{});
+    if (narrow && plan.packs == kClusterHalfVecs && plan.cluster == 8) {
       return f(I256{}, std::integral_constant<int, 8>{}, I4{});
     }
     if (plan.packs == kClusterHalfVecs && plan.cluster == kMaxCluster) {
-      return f(I256{}, IMax{}, I4{});
+      if (narrow) return f(I256{}, IMax{}, I4{});
+      if (plan.threads == kWideClusterThreads) return f(I512{}, IMax{}, I4{});
     }
-    if (plan.packs == kClusterVecs && plan.cluster == 2) {
-      return f(I256{}, std::integral_constant<int, 2>{}, I8{});
-    }
-    if (plan.packs == kClusterVecs && plan.cluster == kMaxCluster) return f(I256{}, IMax{}, I8{});
-  } else if (plan.packs == kClusterVecs) {
+  } else if (narrow && plan.packs == kClusterVecs) {
     switch (plan.cluster) {
-      case 2: return f(I256{}, std::integral_constant<int, 2>{}, I8{});
+      case 2: return f(I256{}, I2{}, I8{});
       case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
       case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
       case kMaxCluster: return f(I256{}, IMax{}, I8{});

@@ -46,11 +46,13 @@
 // add_rms_norm, whose fused sums fit those: kernels/layer_norm.cuh, rms_norm.cuh). Every op
 // runs the wide cluster (16 x 512 x 8 packs): the longest rows stream only past it.
 //
-// kClusterPacks = 4: the cluster tier holds the rows that 4 to 8 CTAs of 8 packs a thread would
-// with 4 packs a thread on 8 and 16 CTAs (plan.h, kClusterHalfVecs), the others as other ops do.
-// For the 16-bit backward of layer_norm and rms_norm, whose fused column sums (in shared memory)
-// then fit two CTAs per SM where 8 packs a thread fit one (layer_norm's two sums), or four where
-// 8 packs fit two (rms_norm's one): benchmarks/results/h100/NOTES.md §34.
+// kClusterPacks = 4: the cluster tier holds the rows that 4 to 16 CTAs of 8 packs a thread would
+// with 4 packs a thread on twice the threads (8 and 16 CTAs of 256, 16 of 512; plan.h,
+// kClusterHalfVecs), the others as other ops do. For the 16-bit backward of layer_norm and
+// rms_norm, whose fused column sums (in shared memory) then fit two CTAs per SM where 8 packs a
+// thread fit one (layer_norm's two sums; on 16 CTAs of 512, one CTA of 16 warps where 8 packs
+// had one of 8), or four where 8 packs fit two (rms_norm's one): benchmarks/results/h100/NOTES.md
+// §34, §37.
 //
 // kWideCtaTwoPerSm = true (ops of one input): the wide CTA (512 threads x 8 packs) runs held to
 // 64 registers a thread, two CTAs per SM (CtaRowKernel2PerSm, tier_kernels.cuh), where the

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kernels/common/args.h"
 
@@ -129,10 +130,11 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //   sm_90+, n <= 16 CTAs x 256 x 8 packs (131072 / 262144): cluster per row, the fewest of
 //                                    2/4/8/16 CTAs that hold it (16 is non-portable; the
 //                                    launcher checks that the device co-schedules it); with
-//                                    `cluster_packs` = 4, rows past 2 CTAs of 8 packs and up
-//                                    to 16 CTAs x 256 x 4 packs hold 4 packs a thread on twice
-//                                    the CTAs, 8 and 16 (the 16-bit backward of layer_norm and
-//                                    rms_norm: more of its fused sums' CTAs fit an SM);
+//                                    `cluster_packs` = 4, rows past 2 CTAs of 8 packs hold 4
+//                                    packs a thread on twice the threads: 8 and 16 CTAs of 256,
+//                                    then 16 of 512 (to 262144 16-bit; the 16-bit backward of
+//                                    layer_norm and rms_norm: more of its fused sums' CTAs fit
+//                                    an SM, or its two sums fit at all);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
@@ -159,22 +161,16 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cta,
   if (clusters) {
     if (cluster_packs == kClusterHalfVecs &&
         n > int64_t{2} * kClusterThreads * kClusterVecs * vec) {
-      for (int cluster : {8, kMaxCluster}) {
-        if (n <= int64_t{cluster} * kClusterThreads * kClusterHalfVecs * vec) {
-          return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterHalfVecs};
+      for (const auto& [threads, cluster] :
+           {std::pair{kClusterThreads, 8}, std::pair{kClusterThreads, kMaxCluster},
+            std::pair{kWideClusterThreads, kMaxCluster}}) {
+        if (n <= int64_t{cluster} * threads * kClusterHalfVecs * vec) {
+          return {RowTier::kCluster, vec, 0, threads, cluster, kClusterHalfVecs};
         }
-      }
-      if (n <= int64_t{kMaxCluster} * kWideClusterThreads * kClusterHalfVecs * vec &&
-          std::getenv("ROWNORM_EXPERIMENT_NO_WIDE_HALF") == nullptr) {
-        return {RowTier::kCluster, vec, 0, kWideClusterThreads, kMaxCluster, kClusterHalfVecs};
       }
     }
     for (int cluster : {2, 4, 8, kMaxCluster}) {
       if (n <= int64_t{cluster} * kClusterThreads * kClusterVecs * vec) {
-        if (cluster == kMaxCluster && cluster_packs == kClusterVecs &&
-            std::getenv("ROWNORM_EXPERIMENT_C8W") != nullptr) {
-          return {RowTier::kCluster, vec, 0, kWideClusterThreads, 8, kClusterVecs};
-        }
         return {RowTier::kCluster, vec, 0, kClusterThreads, cluster, kClusterVecs};
       }
     }
@@ -283,9 +279,12 @@ constexpr int kSliceChunkBytes = 64;
 // layer_norm's backward) of 32769-131072 run on 4-pack clusters of 8 and 16 CTAs (4 packs a
 // thread on twice the CTAs, OpTraits::kClusterPacks): 64 KB of sums and 16 KB of weight a CTA,
 // two CTAs per SM; fused, the H100's step took 0.83x / 0.81x the two-pass one at bf16 65536 /
-// 131072, where 4 such CTAs at 32768 took 1.07x the 2-CTA 8-pack kernel's (kept); longer rows
-// stay two-pass. rms_norm's one sum on those clusters (48 KB a CTA, four per SM against two):
-// 0.94x / 0.89x its 8-pack step (NOTES.md §34).
+// 131072, where 4 such CTAs at 32768 took 1.07x the 2-CTA 8-pack kernel's (kept). Rows of
+// 131073-262144 hold 4 packs on 16 CTAs of 512 (128 KB of sums, 32 KB of weight, one CTA per
+// SM): the H100's step took 0.86x (bf16 262144) / 0.91x (196608) the two-pass one (NOTES.md
+// §37); the wide cluster's rows stay two-pass. rms_norm's one sum on 4-pack clusters (48 KB a
+// CTA of 256, four per SM against two): 0.94x / 0.89x its 8-pack step at 65536 / 131072
+// (NOTES.md §34); on 16 CTAs of 512 (96 KB, two per SM against one) 0.98x at 196608-262144.
 constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster, int elem_size,
                               int column_sums) {
   const bool two_16bit = column_sums == 2 && elem_size < 4;
