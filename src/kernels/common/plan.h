@@ -376,9 +376,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
     RowPlan k = plan;
     k.params_once = true;
-    const char* e = std::getenv("ROWNORM_EXPERIMENT_SLICE_CHUNK_BYTES");  // EXPERIMENT
-    const int chunk_bytes = e == nullptr ? kSliceChunkBytes : std::atoi(e);
-    return CtaSumPlan(k, rows, chunk_bytes / elem_size);
+    return CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
   }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
