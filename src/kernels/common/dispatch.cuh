@@ -642,16 +642,13 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     if (err != cudaSuccess) return err;
     if (teams > 0) {
       const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
-      const int chunk_rows = std::getenv("ROWNORM_EXPERIMENT_NO_IN_FLIGHT") != nullptr
-                                 ? -plan.chunk_rows
-                                 : plan.chunk_rows;  // EXPERIMENT
       if constexpr (kCluster == 1) {
-        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, chunk_rows);
+        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
         return cudaGetLastError();
       } else {
         cudaLaunchAttribute attr[1];
         const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
-        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, chunk_rows);
+        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
       }
     }
   }

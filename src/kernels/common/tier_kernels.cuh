@@ -503,9 +503,6 @@ struct SliceSums {
   using Sums = SharedColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>;
   static_assert(sizeof(Slices) % 16 == 0, "the sums follow the parameters, 16-byte aligned");
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
-  // EXPERIMENT: rows of 4 packs a thread whose sums leave room for one CTA per SM (more than
-  // half of an sm_90 SM's 228 KB) keep the next row in registers in flight.
-  static constexpr bool kNextRowInFlight = kVecs == 4 && 2 * kBytes > 228 * 1024;
 };
 
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
@@ -528,36 +525,15 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   const int64_t end = Ownership<Team, kVec>::SliceBegin(vecs, slice + 1);
   slices.Fill(op.ColumnParams(), threadIdx.x, begin, end);
   sums.Zero(threadIdx.x);
-  const bool in_flight = chunk_rows > 0;  // EXPERIMENT: a negative chunk_rows turns it off
-  chunk_rows = in_flight ? chunk_rows : -chunk_rows;
   const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
   const int64_t teams = gridDim.x / kCluster;
-  if (S::kNextRowInFlight && in_flight) {
-    // The team's next row (in its chunk, or the first of its next chunk) is loaded while this
-    // one is reduced and its sums are added.
-    int64_t c = blockIdx.x / kCluster;
-    int64_t row = c * chunk_rows;
-    auto next = Row::Load(team, args, row, row < args.rows);
-    for (; c < chunks; c += teams, row = c * chunk_rows) {
-      const int64_t last = min(args.rows, (c + 1) * chunk_rows);
-      for (; row < last; ++row) {
-        const typename Row::Loaded loaded = next;
-        const int64_t after = row + 1 < last ? row + 1 : (c + teams) * chunk_rows;
-        next = Row::Load(team, args, after, after < args.rows);
-        Row r(team, args, row, true, loaded, &slices);
-        op(r, &sums);
-      }
-      sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
+  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
+    const int64_t last = min(args.rows, (c + 1) * chunk_rows);
+    for (int64_t row = c * chunk_rows; row < last; ++row) {
+      Row r(team, args, row, true, &slices);
+      op(r, &sums);
     }
-  } else {
-    for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
-      const int64_t last = min(args.rows, (c + 1) * chunk_rows);
-      for (int64_t row = c * chunk_rows; row < last; ++row) {
-        Row r(team, args, row, true, &slices);
-        op(r, &sums);
-      }
-      sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
-    }
+    sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
   }
   if constexpr (kCluster > 1) team.Finish();
 }
