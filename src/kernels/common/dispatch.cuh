@@ -437,15 +437,12 @@ template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind, i
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind, kVecs>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
-  if (kKind != ClusterKind::kRegisters ||
-      std::getenv("ROWNORM_EXPERIMENT_PERSISTENT") != nullptr) {  // EXPERIMENT
+  if constexpr (kKind != ClusterKind::kRegisters) {
     int resident = 0;
     const cudaError_t err =
         CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs>(&resident);
     if (err != cudaSuccess) return err;
-    const char* waves = std::getenv("ROWNORM_EXPERIMENT_PERSISTENT");  // EXPERIMENT
-    const int64_t k = kKind == ClusterKind::kRegisters && waves != nullptr ? std::atoi(waves) : 1;
-    clusters = std::min<int64_t>(clusters, k * std::max(resident, 1));
+    clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
