@@ -7,7 +7,8 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
+  const bool old_merge = std::getenv("ROWNORM_EXPERIMENT_OLD_MERGE") != nullptr;  // EXPERIMENT
+  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, old_merge);
 }
 
 Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, int64_t dim,

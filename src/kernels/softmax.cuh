@@ -19,9 +19,34 @@
 
 namespace rownorm {
 
-// Merges (max, Σ exp(x − max)) pairs. Commutative bit for bit (the sum of two rescaled
-// partials), so every lane of a butterfly all-reduce ends with the same value.
+// Merges (max, Σ exp(x − max)) pairs: the sum of the smaller maximum is rescaled by
+// exp(−|Δmax|), one exp2 a merge (1 where the maxima are equal, which covers two −inf: the
+// identity's). Commutative bit for bit (|Δ| and the sum of the two terms do not depend on the
+// order), so every lane of a butterfly all-reduce ends with the same value. A +inf maximum
+// takes the other sum times 0; a NaN sum stays NaN.
 struct OnlineSoftmaxOp {
+  template <typename V>
+  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
+    using Acc = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
+    constexpr Acc kLog2e = Acc(1.4426950408889634);
+    const Acc gap = a[0] == b[0] ? Acc(0) : -Abs(a[0] - b[0]);
+    const Acc scale = Exp2(gap * kLog2e);
+    V r;
+    r[0] = Max(a[0], b[0]);
+    r[1] = a[0] >= b[0] ? a[1] + b[1] * scale : b[1] + a[1] * scale;
+    return r;
+  }
+  template <typename V>
+  ROWNORM_HOST_DEVICE static V Identity() {
+    V r;
+    r[0] = -INFINITY;
+    r[1] = 0;
+    return r;
+  }
+};
+
+// EXPERIMENT: the merge before (two accurate exps a merge), for the in-build A/B.
+struct OnlineSoftmaxOpOld {
   template <typename V>
   ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
     const auto m = Max(a[0], b[0]);
@@ -55,6 +80,7 @@ struct SoftmaxFwdOp {
     return sizeof(T) == 4 && cluster <= 4 ? 0 : 4;
   }
   bool log;
+  bool old_merge;  // EXPERIMENT
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -70,7 +96,9 @@ struct SoftmaxFwdOp {
       const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
       const Acc s_t = row.ReduceLocal(
           SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
-      const Array<Acc, 2> ms = row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOp{});
+      const Array<Acc, 2> ms = old_merge
+                                   ? row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOpOld{})
+                                   : row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOp{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
@@ -81,8 +109,9 @@ struct SoftmaxFwdOp {
       s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
     } else {
       // Streamed rows: one pass for both statistics.
-      const Array<Acc, 2> ms = row.Reduce(
-          OnlineSoftmaxOp{}, [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; });
+      const auto one = [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; };
+      const Array<Acc, 2> ms =
+          old_merge ? row.Reduce(OnlineSoftmaxOpOld{}, one) : row.Reduce(OnlineSoftmaxOp{}, one);
       m = ms[0];
       // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
       s = m == INFINITY ? Acc(NAN) : ms[1];
