@@ -7,8 +7,9 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  const bool old_merge = std::getenv("ROWNORM_EXPERIMENT_OLD_MERGE") != nullptr;  // EXPERIMENT
-  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, old_merge);
+  const char* e = std::getenv("ROWNORM_EXPERIMENT_MERGE");  // EXPERIMENT
+  const double merge = e == nullptr ? 0 : std::atoi(e);
+  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, merge);
 }
 
 Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, int64_t dim,

@@ -24,13 +24,14 @@ namespace rownorm {
 // identity's). Commutative bit for bit (|Δ| and the sum of the two terms do not depend on the
 // order), so every lane of a butterfly all-reduce ends with the same value. A +inf maximum
 // takes the other sum times 0; a NaN sum stays NaN.
+template <bool kFast = false>  // EXPERIMENT: kFast, exp2 of the scaled gap
 struct OnlineSoftmaxOp {
   template <typename V>
   ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
     using Acc = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
     constexpr Acc kLog2e = Acc(1.4426950408889634);
     const Acc gap = a[0] == b[0] ? Acc(0) : -Abs(a[0] - b[0]);
-    const Acc scale = Exp2(gap * kLog2e);
+    const Acc scale = kFast ? Exp2(gap * kLog2e) : Exp(gap);
     V r;
     r[0] = Max(a[0], b[0]);
     r[1] = a[0] >= b[0] ? a[1] + b[1] * scale : b[1] + a[1] * scale;
@@ -80,7 +81,7 @@ struct SoftmaxFwdOp {
     return sizeof(T) == 4 && cluster <= 4 ? 0 : 4;
   }
   bool log;
-  bool old_merge;  // EXPERIMENT
+  Acc merge;  // EXPERIMENT: 0 one exp a merge, 1 the same with exp2, 2 the merge before
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -96,9 +97,10 @@ struct SoftmaxFwdOp {
       const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
       const Acc s_t = row.ReduceLocal(
           SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
-      const Array<Acc, 2> ms = old_merge
-                                   ? row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOpOld{})
-                                   : row.AllReduce(Array<Acc, 2>{{m_t, s_t}}, OnlineSoftmaxOp{});
+      const Array<Acc, 2> v{{m_t, s_t}};
+      const Array<Acc, 2> ms = merge == 2   ? row.AllReduce(v, OnlineSoftmaxOpOld{})
+                               : merge == 1 ? row.AllReduce(v, OnlineSoftmaxOp<true>{})
+                                            : row.AllReduce(v, OnlineSoftmaxOp<>{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
@@ -110,8 +112,9 @@ struct SoftmaxFwdOp {
     } else {
       // Streamed rows: one pass for both statistics.
       const auto one = [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; };
-      const Array<Acc, 2> ms =
-          old_merge ? row.Reduce(OnlineSoftmaxOpOld{}, one) : row.Reduce(OnlineSoftmaxOp{}, one);
+      const Array<Acc, 2> ms = merge == 2   ? row.Reduce(OnlineSoftmaxOpOld{}, one)
+                               : merge == 1 ? row.Reduce(OnlineSoftmaxOp<true>{}, one)
+                                            : row.Reduce(OnlineSoftmaxOp<>{}, one);
       m = ms[0];
       // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
       s = m == INFINITY ? Acc(NAN) : ms[1];
