@@ -7,9 +7,10 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  const char* e = std::getenv("ROWNORM_EXPERIMENT_MERGE");  // EXPERIMENT
-  const double merge = e == nullptr ? 0 : std::atoi(e);
-  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, merge);
+  if (std::getenv("ROWNORM_EXPERIMENT_FAST_MERGE") != nullptr) {  // EXPERIMENT
+    return RunRowOp<SoftmaxFwdFastOp>(name, {x}, dim, log);
+  }
+  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
 }
 
 Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, int64_t dim,

@@ -24,7 +24,7 @@ namespace rownorm {
 // identity's). Commutative bit for bit (|Δ| and the sum of the two terms do not depend on the
 // order), so every lane of a butterfly all-reduce ends with the same value. A +inf maximum
 // takes the other sum times 0; a NaN sum stays NaN.
-template <bool kFast = false>  // EXPERIMENT: kFast, exp2 of the scaled gap
+template <bool kFast>  // EXPERIMENT: kFast, exp2 of the scaled gap
 struct OnlineSoftmaxOp {
   template <typename V>
   ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
@@ -46,29 +46,8 @@ struct OnlineSoftmaxOp {
   }
 };
 
-// EXPERIMENT: the merge before (two accurate exps a merge), for the in-build A/B.
-struct OnlineSoftmaxOpOld {
-  template <typename V>
-  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
-    const auto m = Max(a[0], b[0]);
-    const auto sa = a[0] == m ? a[1] : a[1] * Exp(a[0] - m);
-    const auto sb = b[0] == m ? b[1] : b[1] * Exp(b[0] - m);
-    V r;
-    r[0] = m;
-    r[1] = sa + sb;
-    return r;
-  }
-  template <typename V>
-  ROWNORM_HOST_DEVICE static V Identity() {
-    V r;
-    r[0] = -INFINITY;
-    r[1] = 0;
-    return r;
-  }
-};
-
-template <typename T, typename Acc>
-struct SoftmaxFwdOp {
+template <typename T, typename Acc, bool kFastMerge>  // EXPERIMENT: kFastMerge
+struct SoftmaxFwdOpOf {
   using Elem = T;
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
@@ -81,7 +60,6 @@ struct SoftmaxFwdOp {
     return sizeof(T) == 4 && cluster <= 4 ? 0 : 4;
   }
   bool log;
-  Acc merge;  // EXPERIMENT: 0 one exp a merge, 1 the same with exp2, 2 the merge before
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -98,9 +76,7 @@ struct SoftmaxFwdOp {
       const Acc s_t = row.ReduceLocal(
           SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
       const Array<Acc, 2> v{{m_t, s_t}};
-      const Array<Acc, 2> ms = merge == 2   ? row.AllReduce(v, OnlineSoftmaxOpOld{})
-                               : merge == 1 ? row.AllReduce(v, OnlineSoftmaxOp<true>{})
-                                            : row.AllReduce(v, OnlineSoftmaxOp<>{});
+      const Array<Acc, 2> ms = row.AllReduce(v, OnlineSoftmaxOp<kFastMerge>{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
@@ -112,9 +88,7 @@ struct SoftmaxFwdOp {
     } else {
       // Streamed rows: one pass for both statistics.
       const auto one = [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; };
-      const Array<Acc, 2> ms = merge == 2   ? row.Reduce(OnlineSoftmaxOpOld{}, one)
-                               : merge == 1 ? row.Reduce(OnlineSoftmaxOp<true>{}, one)
-                                            : row.Reduce(OnlineSoftmaxOp<>{}, one);
+      const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp<kFastMerge>{}, one);
       m = ms[0];
       // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
       s = m == INFINITY ? Acc(NAN) : ms[1];
@@ -128,6 +102,11 @@ struct SoftmaxFwdOp {
     }
   }
 };
+
+template <typename T, typename Acc>
+using SoftmaxFwdOp = SoftmaxFwdOpOf<T, Acc, false>;
+template <typename T, typename Acc>
+using SoftmaxFwdFastOp = SoftmaxFwdOpOf<T, Acc, true>;  // EXPERIMENT
 
 template <typename T, typename Acc>
 struct SoftmaxBwdOp {
