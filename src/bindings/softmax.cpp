@@ -7,9 +7,6 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  if (std::getenv("ROWNORM_EXPERIMENT_FAST_MERGE") != nullptr) {  // EXPERIMENT
-    return RunRowOp<SoftmaxFwdFastOp>(name, {x}, dim, log);
-  }
   return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
 }
 

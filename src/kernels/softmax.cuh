@@ -20,18 +20,24 @@
 namespace rownorm {
 
 // Merges (max, Σ exp(x − max)) pairs: the sum of the smaller maximum is rescaled by
-// exp(−|Δmax|), one exp2 a merge (1 where the maxima are equal, which covers two −inf: the
+// exp(−|Δmax|), one exp a merge (1 where the maxima are equal, which covers two −inf: the
 // identity's). Commutative bit for bit (|Δ| and the sum of the two terms do not depend on the
 // order), so every lane of a butterfly all-reduce ends with the same value. A +inf maximum
-// takes the other sum times 0; a NaN sum stays NaN.
-template <bool kFast>  // EXPERIMENT: kFast, exp2 of the scaled gap
+// takes the other sum times 0; a NaN sum stays NaN. kExp2: the exp as exp2(−|Δmax|·log2 e)
+// (the all-reduces' merges of per-thread pairs, where expf's longer code took 1.10-1.56x the
+// time: held cluster rows of bf16 40000-65536, fp32 262144; float32 outputs' mean error 1.3x
+// the expf merge's); else expf (the streamed rows' merge of every element, where it took 0.92x
+// the exp2's time at fp32 524288). The merge before, two expf a merge, took up to 1.12x the
+// time of this one on cluster rows and 1.2-1.3x on streamed ones (H100:
+// benchmarks/results/h100/NOTES.md §37).
+template <bool kExp2>
 struct OnlineSoftmaxOp {
   template <typename V>
   ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
     using Acc = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
     constexpr Acc kLog2e = Acc(1.4426950408889634);
     const Acc gap = a[0] == b[0] ? Acc(0) : -Abs(a[0] - b[0]);
-    const Acc scale = kFast ? Exp2(gap * kLog2e) : Exp(gap);
+    const Acc scale = kExp2 ? Exp2(gap * kLog2e) : Exp(gap);
     V r;
     r[0] = Max(a[0], b[0]);
     r[1] = a[0] >= b[0] ? a[1] + b[1] * scale : b[1] + a[1] * scale;
@@ -46,8 +52,8 @@ struct OnlineSoftmaxOp {
   }
 };
 
-template <typename T, typename Acc, bool kFastMerge>  // EXPERIMENT: kFastMerge
-struct SoftmaxFwdOpOf {
+template <typename T, typename Acc>
+struct SoftmaxFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
@@ -76,19 +82,18 @@ struct SoftmaxFwdOpOf {
       const Acc s_t = row.ReduceLocal(
           SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
       const Array<Acc, 2> v{{m_t, s_t}};
-      const Array<Acc, 2> ms = row.AllReduce(v, OnlineSoftmaxOp<kFastMerge>{});
+      const Array<Acc, 2> ms = row.AllReduce(v, OnlineSoftmaxOp<true>{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
-      // The row is in registers: two plain all-reduces (max, then Σ exp) cost one exp per
-      // element; the online merge costs two per element (one all-reduce of the pairs), or
-      // two per merge step (per-thread pairs), and it is compute-bound at bandwidth.
+      // The row is in registers and its all-reduces stay in the CTA: two plain all-reduces
+      // (max, then Σ exp), one exp per element.
       m = row.Reduce(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
       s = row.Reduce(SumOp{}, [m](const Acc* x, int64_t) { return Exp2((x[0] - m) * kLog2e); });
     } else {
       // Streamed rows: one pass for both statistics.
       const auto one = [](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0], Acc(1)}}; };
-      const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp<kFastMerge>{}, one);
+      const Array<Acc, 2> ms = row.Reduce(OnlineSoftmaxOp<false>{}, one);
       m = ms[0];
       // exp(inf − inf) is NaN in torch's sum; the merge skips that term, so put it back.
       s = m == INFINITY ? Acc(NAN) : ms[1];
@@ -102,11 +107,6 @@ struct SoftmaxFwdOpOf {
     }
   }
 };
-
-template <typename T, typename Acc>
-using SoftmaxFwdOp = SoftmaxFwdOpOf<T, Acc, false>;
-template <typename T, typename Acc>
-using SoftmaxFwdFastOp = SoftmaxFwdOpOf<T, Acc, true>;  // EXPERIMENT
 
 template <typename T, typename Acc>
 struct SoftmaxBwdOp {
