@@ -20,9 +20,7 @@ Tensor LayerNorm(Tensor x, std::optional<Tensor> weight, std::optional<Tensor> b
                  double eps) {
   constexpr const char* kOp = "layer_norm";
   dim = CheckLayerNorm(kOp, x, weight, bias, dim, eps);
-  const bool one = std::getenv("ROWNORM_EXPERIMENT_TWO_ROUNDS") == nullptr;  // EXPERIMENT
-  return RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{nullptr},
-                                    one)[0];
+  return RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{nullptr})[0];
 }
 
 std::tuple<Tensor, Tensor> LayerNormWithStats(Tensor x, std::optional<Tensor> weight,
@@ -30,9 +28,8 @@ std::tuple<Tensor, Tensor> LayerNormWithStats(Tensor x, std::optional<Tensor> we
   constexpr const char* kOp = "layer_norm_with_stats";
   dim = CheckLayerNorm(kOp, x, weight, bias, dim, eps);
   const Tensor stats = NewRowStats(x, dim);
-  const bool one = std::getenv("ROWNORM_EXPERIMENT_TWO_ROUNDS") == nullptr;  // EXPERIMENT
   const Tensor y =
-      RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{&stats}, one)[0];
+      RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{&stats})[0];
   return {y, stats};
 }
 

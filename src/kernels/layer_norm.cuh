@@ -39,43 +39,6 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
                   static_cast<Acc>(row.Size());
 }
 
-// Merges per-thread (count, mean offset, M2) triples (Chan et al.), symmetric in its two
-// arguments bit for bit (the products rounded on their own: no FMA pairs one side's), so that
-// every lane of a butterfly all-reduce ends with the same value.
-struct MomentsOp {
-  template <typename V>
-  ROWNORM_HOST_DEVICE V operator()(const V& a, const V& b) const {
-    using Acc = std::remove_cv_t<std::remove_reference_t<decltype(a[0])>>;
-    const Acc n = a[0] + b[0];
-    Acc inv = Acc(0);
-    if (n > Acc(0)) {
-#if defined(__CUDA_ARCH__)
-      if constexpr (std::is_same_v<Acc, float>) {
-        inv = __frcp_rn(n);
-      } else {
-        inv = Acc(1) / n;
-      }
-#else
-      inv = Acc(1) / n;
-#endif
-    }
-    const Acc d = b[1] - a[1];
-    V r;
-    r[0] = n;
-    r[1] = (MulRn(a[0], a[1]) + MulRn(b[0], b[1])) * inv;
-    r[2] = (a[2] + b[2]) + MulRn(MulRn(d, d), MulRn(a[0], b[0])) * inv;
-    return r;
-  }
-  template <typename V>
-  ROWNORM_HOST_DEVICE static V Identity() {
-    V r;
-    r[0] = 0;
-    r[1] = 0;
-    r[2] = 0;
-    return r;
-  }
-};
-
 template <typename T, typename Acc, typename W>
 struct LayerNormFwdOp {
   using Elem = T;
@@ -84,7 +47,6 @@ struct LayerNormFwdOp {
   const W* weight;  // (n,) or nullptr
   const W* bias;    // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
-  bool one_round;   // EXPERIMENT
   // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
   static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
 
@@ -95,29 +57,11 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    Acc mu;
-    Acc var;
-    if (PrefersOneRound<Row>::value && one_round) {
-      // An all-reduce crosses the cluster: each thread takes its own count, mean and M2 in two
-      // passes over its values (shifted by x₀ as ShiftedMean), then one all-reduce merges them.
-      const Acc x0 = row.First();
-      const Array<Acc, 2> sc = row.ReduceLocal(
-          SumOp{}, [x0](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0] - x0, Acc(1)}}; });
-      const Acc m_t = sc[1] > Acc(0) ? sc[0] / sc[1] : Acc(0);
-      const Acc q_t = row.ReduceLocal(SumOp{}, [x0, m_t](const Acc* x, int64_t) {
-        const Acc d = (x[0] - x0) - m_t;
-        return d * d;
-      });
-      const Array<Acc, 3> t = row.AllReduce(Array<Acc, 3>{{sc[1], m_t, q_t}}, MomentsOp{});
-      mu = x0 + t[1];
-      var = t[2] / n;
-    } else {
-      mu = ShiftedMean(row);
-      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-        const Acc d = x[0] - mu;
-        return d * d;
-      }) / n;
-    }
+    const Acc mu = ShiftedMean(row);
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;
