@@ -134,7 +134,8 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 //                                    packs a thread on twice the threads: 8 and 16 CTAs of 256,
 //                                    then 16 of 512 (to 262144 16-bit; the 16-bit backward of
 //                                    layer_norm and rms_norm: more of its fused sums' CTAs fit
-//                                    an SM, or its two sums fit at all);
+//                                    an SM, or, for layer_norm's two sums at 131073-262144, one
+//                                    CTA of 16 warps where 8 packs would hold one of 8);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
