@@ -7,7 +7,8 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
+  const bool packed = std::getenv("ROWNORM_EXPERIMENT_FLOAT_MAX") == nullptr;  // EXPERIMENT
+  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, packed);
 }
 
 Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, int64_t dim,

@@ -66,6 +66,7 @@ struct SoftmaxFwdOp {
     return sizeof(T) == 4 && cluster <= 4 ? 0 : 4;
   }
   bool log;
+  bool packed_max;  // EXPERIMENT
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
@@ -77,7 +78,9 @@ struct SoftmaxFwdOp {
       // own (max, Σ exp(x − max)) in two passes over its values, then one all-reduce merges
       // the pairs. A thread whose values are all −inf (or that holds none) contributes
       // (−inf, 0).
-      const Acc m_t = row.ReduceLocal(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
+      const Acc m_t = packed_max
+                          ? row.MaxLocal()  // EXPERIMENT
+                          : row.ReduceLocal(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
       const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
       const Acc s_t = row.ReduceLocal(
           SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });

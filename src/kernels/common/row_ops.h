@@ -50,6 +50,12 @@ class RowOps {
     return acc;
   }
 
+  // The largest element of input 0 this thread owns (−inf where it owns none): ReduceLocal of
+  // MaxOp, which a view may do on the stored values (CachedRow: 16-bit pairs).
+  ROWNORM_HOST_DEVICE Acc MaxLocal() const {
+    return Self().ReduceLocal(MaxOp{}, [](const Acc* x, int64_t) { return x[0]; });
+  }
+
   template <typename F>
   ROWNORM_HOST_DEVICE void Store(F f) {
     Self().template StoreTo<0>(f);

@@ -701,6 +701,30 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     return this->AllReduce(acc, op);
   }
 
+  // The largest element of input 0 this thread owns (RowOps::MaxLocal), for 16-bit rows as a
+  // max of the stored pairs (exact: no rounding in a max; one conversion per pair of packs'
+  // words instead of one per element). Like fmax, a NaN loses to a number.
+  ROWNORM_DEVICE Acc MaxLocal() const {
+    if constexpr (sizeof(TIn) == 2 && !Args::kMixed) {
+      using Pair = std::conditional_t<std::is_same_v<TIn, __half>, __half2, __nv_bfloat162>;
+      constexpr uint32_t kNegInf = std::is_same_v<TIn, __half> ? 0xFC00FC00u : 0xFF80FF80u;
+      uint32_t acc = kNegInf;
+      ForEachPack([&](int, const InPacks& p, int64_t) {
+#pragma unroll
+        for (int w = 0; w < Pack<TIn, kVec>::kNumWords; ++w) {
+          const Pair m = __hmax2(*reinterpret_cast<const Pair*>(&acc),
+                                 *reinterpret_cast<const Pair*>(&p[0].d.w[w]));
+          acc = *reinterpret_cast<const uint32_t*>(&m);
+        }
+      });
+      Acc m = Max(BitsToAcc<TIn>(acc & 0xFFFFu), BitsToAcc<TIn>(acc >> 16));
+      this->ForEachScalar([&](const Acc* x, int64_t) { m = Max(m, x[0]); });
+      return m;
+    } else {
+      return Base::MaxLocal();
+    }
+  }
+
   // Parameters from the cache where the kernel keeps one (else PackedRow's vector loads).
   template <class PS>
   ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
