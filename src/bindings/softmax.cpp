@@ -7,8 +7,7 @@ namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  const bool packed = std::getenv("ROWNORM_EXPERIMENT_FLOAT_MAX") == nullptr;  // EXPERIMENT
-  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log, packed);
+  return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
 }
 
 Tensor SoftmaxBackward(const char* name, const Tensor& grad, const Tensor& y, int64_t dim,

@@ -36,7 +36,8 @@
 //   Row::kCached                  whether another Reduce is free (row in registers);
 //   PrefersOneRound<Row>          whether an all-reduce is expensive (it crosses a cluster), so
 //                                 that statistics needing two are better made from
-//                                   row.ReduceLocal(op, f)  (this thread's elements only) and
+//                                   row.ReduceLocal(op, f)  (this thread's elements only;
+//                                                            row.MaxLocal() its max of x[0]) and
 //                                   row.AllReduce(v, op)    (Reduce = AllReduce ∘ ReduceLocal).
 // x[i] is input i at column col, in the accumulator type; the value returned by a Store
 // function is rounded to OutElem.
