@@ -97,14 +97,24 @@ struct LayerNormBwdOp {
   // The weight per column (what the fused kernels keep in shared memory).
   ROWNORM_HOST_DEVICE ParamList<W, 1> ColumnParams() const { return {{weight}, {1.0f}}; }
 
+  // The forward's (μ, r) of row `row` (OpTraits::kRowSaved).
+  ROWNORM_HOST_DEVICE Array<Acc, 2> RowSaved(int64_t row) const {
+    return {{stats[2 * row], stats[2 * row + 1]}};
+  }
+
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
+    // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
+    (*this)(row, sums, RowSaved(row.Valid() ? row.Index() : 0));
+  }
+
+  // The body, with the row's (μ, r) given.
+  template <class Row, class Sums>
+  ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums, const Array<Acc, 2>& saved) const {
     const Acc n = static_cast<Acc>(row.Size());
     const auto params = ColumnParams();
-    // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
-    const int64_t at = row.Valid() ? 2 * row.Index() : 0;
-    const Acc mu = stats[at];
-    const Acc r = stats[at + 1];
+    const Acc mu = saved[0];
+    const Acc r = saved[1];
     // (Σg, Σ(x − μ)·g): one all-reduce
     const Array<Acc, 2> s = ReduceWith(
         row, SumOp{},

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>  // EXPERIMENT (removed before landing)
 #include <optional>
 #include <type_traits>
 
@@ -642,13 +643,29 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     if (err != cudaSuccess) return err;
     if (teams > 0) {
       const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
+      // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_AHEAD=0 reads the saved values
+      // in the body (the kernel before).
+      const char* ex = std::getenv("ROWNORM_EXPERIMENT_AHEAD");
+      auto kernel = kKernel;
+      if constexpr (OpTraits<Op>::kRowSaved) {
+        if (ex != nullptr && std::atoi(ex) == 0) {
+          constexpr auto kInline =
+              SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, false>;
+          int same = 0;  // sets its attributes as for kKernel
+          const cudaError_t e = kCluster == 1
+                                    ? ResidentCtas<kInline, kSmem>(kThreads, &same)
+                                    : ResidentClusters<kInline, kThreads, kCluster, kSmem>(&same);
+          if (e != cudaSuccess) return e;
+          kernel = kInline;
+        }
+      }
       if constexpr (kCluster == 1) {
-        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
+        kernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
         return cudaGetLastError();
       } else {
         cudaLaunchAttribute attr[1];
         const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
-        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
+        return cudaLaunchKernelEx(&cfg, kernel, a, op, partial, plan.chunk_rows);
       }
     }
   }
@@ -774,8 +791,29 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
   if (plan.kernel.stages == kFusedSumStages) {
     bool launched = false;
-    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
-                                             StagedSumBytes<Args, kThreads, kVecs>()>(
+    cudaError_t err = cudaSuccess;
+    // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_AHEAD=0 reads the saved values
+    // in the body (the kernel before), =3 loads them ahead on 3 stages.
+    const char* ex = std::getenv("ROWNORM_EXPERIMENT_AHEAD");
+    const int variant = ex == nullptr ? 1 : std::atoi(ex);
+    if constexpr (OpTraits<Op>::kRowSaved) {
+      using Stage = RowStage<Args, Args::kPackWidth, kVecs, kThreads>;
+      if (variant == 0) {
+        err = LaunchPersistent<CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
+                                                      kStagedChunkRows, kFusedSumStages, false>,
+                               kFusedSumStages * sizeof(Stage)>(plan.chunks, dim3(kThreads), stream,
+                                                                &launched, a, op, partial);
+        if (err != cudaSuccess || launched) return err;
+      } else if (variant == 3) {
+        err = LaunchPersistent<CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
+                                                      kStagedChunkRows, 3, true>,
+                               3 * sizeof(Stage)>(plan.chunks, dim3(kThreads), stream, &launched, a,
+                                                  op, partial);
+        if (err != cudaSuccess || launched) return err;
+      }
+    }
+    err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
+                           StagedSumBytes<Args, kThreads, kVecs>()>(
         plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
