@@ -95,6 +95,13 @@ constexpr int PlannedElemSize() {
   return kPackBytes / Args::kPackWidth;
 }
 
+// EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_L2=0 turns the next row's L2
+// prefetch off.
+inline int ExperimentL2() {
+  const char* e = std::getenv("ROWNORM_EXPERIMENT_L2");
+  return e == nullptr || std::atoi(e) != 0;
+}
+
 inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
@@ -554,8 +561,10 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         break;
       case RowTier::kCluster:
         return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
+          Args b = a;
+          b.prefetch_l2 = ExperimentL2();
           return LaunchClusterRow<Op, Args, decltype(t)::value, decltype(c)::value,
-                                  decltype(v)::value>(a, op, plan, stream);
+                                  decltype(v)::value>(b, op, plan, stream);
         });
       case RowTier::kStreaming: break;
     }
@@ -793,7 +802,7 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
     bool launched = false;
     cudaError_t err = cudaSuccess;
     // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_AHEAD=0 reads the saved values
-    // in the body (the kernel before), =3 loads them ahead on 3 stages.
+    // in the body (the kernel before).
     const char* ex = std::getenv("ROWNORM_EXPERIMENT_AHEAD");
     const int variant = ex == nullptr ? 1 : std::atoi(ex);
     if constexpr (OpTraits<Op>::kRowSaved) {
@@ -803,12 +812,6 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
                                                       kStagedChunkRows, kFusedSumStages, false>,
                                kFusedSumStages * sizeof(Stage)>(plan.chunks, dim3(kThreads), stream,
                                                                 &launched, a, op, partial);
-        if (err != cudaSuccess || launched) return err;
-      } else if (variant == 3) {
-        err = LaunchPersistent<CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
-                                                      kStagedChunkRows, 3, true>,
-                               3 * sizeof(Stage)>(plan.chunks, dim3(kThreads), stream, &launched, a,
-                                                  op, partial);
         if (err != cudaSuccess || launched) return err;
       }
     }
@@ -830,8 +833,10 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     const RowPlan& k = plan.kernel;
     if (k.params_once) {
       return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
+        Args b = a;
+        b.prefetch_l2 = ExperimentL2();
         return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
-                                  decltype(c)::value>(a, op, plan, partial, stream);
+                                  decltype(c)::value>(b, op, plan, partial, stream);
       });
     }
     if (k.tier == RowTier::kGroup) {

@@ -658,6 +658,28 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     });
   }
 
+  // Brings this CTA's slice of `row`'s inputs into L2 (threads 0 .. kIn - 1, one bulk prefetch
+  // each, rounded inwards to 16 bytes): a persistent kernel's next row, issued once the current
+  // row's loads are, so that the next row's loads find it in L2 instead of waiting for DRAM while
+  // the memory system had idled through the current row's reductions and stores.
+  ROWNORM_DEVICE static void PrefetchL2(const Team& team, const Args& args, int64_t row) {
+    const int i = team.ThreadRank();
+    if (i >= kIn) return;
+    const TIn* in0 = Base::In(args, 0, row, true);
+    const auto geo = RowGeometry<TIn, kVec>::template Of<kAligned>(in0, args.n);
+    const int slice = team.SliceRank();
+    const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
+    const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
+    const int64_t elem = Args::InBytes(i);
+    const uintptr_t first = reinterpret_cast<uintptr_t>(Base::In(args, i, row, true)) +
+                            static_cast<uintptr_t>((geo.head + begin * kVec) * elem);
+    const uintptr_t from = (first + 15) & ~uintptr_t{15};
+    const uintptr_t to =
+        (first + static_cast<uintptr_t>((end - begin) * kVec * elem)) & ~uintptr_t{15};
+    if (to > from)
+      PrefetchBulkL2(reinterpret_cast<const void*>(from), static_cast<unsigned>(to - from));
+  }
+
   // The loads of `row` whose packs Prefetch staged in `stage` (the caller waited for the
   // copies); the head and tail scalars are read from global memory.
   ROWNORM_DEVICE static Loaded LoadStaged(const Team& team, const Args& args, int64_t row,

@@ -499,6 +499,7 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
   const int64_t clusters = gridDim.x / kCluster;
   for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
     Row r(team, args, row, true, slices);
+    if (args.prefetch_l2 && row + clusters < args.rows) Row::PrefetchL2(team, args, row + clusters);
     op(r);
   }
   team.Finish();
@@ -576,6 +577,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
       const int64_t next = row + 1 < last       ? row + 1
                            : c + teams < chunks ? (c + teams) * chunk_rows
                                                 : -1;
+      if (args.prefetch_l2 && next >= 0) Row::PrefetchL2(team, args, next);
       saved.Run(op, r, &sums, next);
     }
     sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
