@@ -95,11 +95,11 @@ constexpr int PlannedElemSize() {
   return kPackBytes / Args::kPackWidth;
 }
 
-// EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_L2=0 turns the next row's L2
-// prefetch off.
+// EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_L2=1 turns the next row's L2
+// prefetch on (off by default since call 3).
 inline int ExperimentL2() {
   const char* e = std::getenv("ROWNORM_EXPERIMENT_L2");
-  return e == nullptr || std::atoi(e) != 0;
+  return e != nullptr && std::atoi(e) != 0;
 }
 
 inline unsigned GridFor(int64_t units) {
@@ -563,6 +563,8 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
           Args b = a;
           b.prefetch_l2 = ExperimentL2();
+          const char* one = std::getenv("ROWNORM_EXPERIMENT_ONE_ROUND");
+          b.experiment = one == nullptr || std::atoi(one) != 0;
           return LaunchClusterRow<Op, Args, decltype(t)::value, decltype(c)::value,
                                   decltype(v)::value>(b, op, plan, stream);
         });

@@ -75,6 +75,14 @@ struct ClusterTeam {
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return reducer.AllReduce(v, op);
   }
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
+    return reducer.BlockReduce(v, op);
+  }
+  template <typename V>
+  ROWNORM_DEVICE SlotValues<V> GatherSlices(const V& v) {
+    return reducer.Exchange(v);
+  }
   ROWNORM_DEVICE void Finish() { reducer.Finish(); }
 };
 
@@ -378,6 +386,30 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
   }
   ROWNORM_DEVICE Acc First() const { return ToAcc(row0_[0]); }
+
+  // Cluster rows (kOneRound): the elements of this CTA's slice; f(x, col) reduced over the
+  // slice, in every thread of the CTA; each CTA's `v` (the same in all its threads), in rank
+  // order (SlotValues). Statistics that would take two all-reduces across the cluster take
+  // one exchange so (layer_norm's forward).
+  ROWNORM_DEVICE int64_t SliceSize() const {
+    const int slice = team_.SliceRank();
+    const int64_t packs = Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice + 1) -
+                          Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice);
+    return packs * kVec + (slice == 0 ? geo_.head : 0) +
+           (slice == Team::kSlices - 1 ? geo_.tail : 0);
+  }
+  template <typename Op, typename F>
+  ROWNORM_DEVICE auto SliceReduce(Op op, F f) {
+    return team_.SliceAllReduce(this->Self().ReduceLocal(op, f), op);
+  }
+  template <typename V>
+  ROWNORM_DEVICE SlotValues<V> GatherSlices(const V& v) {
+    return team_.GatherSlices(v);
+  }
+  ROWNORM_DEVICE int Experiment() const {
+    return experiment_;
+  }  // EXPERIMENT (removed before landing)
+  static constexpr int kSlices = Team::kSlices;
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
@@ -564,7 +596,8 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
         own_(team, geo_, valid),
         n_(args.n),
         row_(row),
-        valid_(valid) {
+        valid_(valid),
+        experiment_(args.experiment) {
     static_assert(!Args::NarrowIn(0),
                   "input 0, whose address gives the row's geometry, is "
                   "not narrowed");
@@ -602,6 +635,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   int64_t n_;
   int64_t row_;
   bool valid_;
+  int experiment_;
 };
 
 // The row cached in registers as packs of the storage type (converted on use, which keeps
