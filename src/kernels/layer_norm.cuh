@@ -57,24 +57,11 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     const Acc n = static_cast<Acc>(row.Size());
-    Acc mu, var;
-    if constexpr (PrefersOneRound<Row>::value) {
-      if (row.Experiment()) {
-        SliceMoments(row, &mu, &var);
-      } else {
-        mu = ShiftedMean(row);
-        var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-          const Acc d = x[0] - mu;
-          return d * d;
-        }) / n;
-      }
-    } else {
-      mu = ShiftedMean(row);
-      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-        const Acc d = x[0] - mu;
-        return d * d;
-      }) / n;
-    }
+    const Acc mu = ShiftedMean(row);
+    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+      const Acc d = x[0] - mu;
+      return d * d;
+    }) / n;
     const Acc r = Acc(1) / Sqrt(var + eps);
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;
@@ -83,39 +70,6 @@ struct LayerNormFwdOp {
     StoreWith(
         row, [mu, r](const Acc* x, int64_t, const Acc* p) { return (x[0] - mu) * r * p[0] + p[1]; },
         ColumnParams());
-  }
-
-  // Cluster rows: μ and the variance from each CTA's slice, exchanged once. A slice's sum
-  // s_c = Σ(x − x₀) and its M2_c = Σ((x − x₀) − d_c)², d_c = s_c / n_c (two block reductions,
-  // no round trip between the CTAs); then μ = x₀ + Σ s_c / n, the same sum in the same order
-  // as ShiftedMean's all-reduce, and M2 = Σ (M2_c + n_c·(d_c − (μ − x₀))²) (the parallel-axis
-  // formula: every term ≥ 0; a constant row gives d_c = 0, μ = x₀ and M2 = 0 exactly).
-  template <class Row>
-  ROWNORM_HOST_DEVICE void SliceMoments(Row& row, Acc* mu, Acc* var) const {
-    const Acc x0 = row.First();
-    const Acc nc = static_cast<Acc>(row.SliceSize());
-    const Acc s = row.SliceReduce(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; });
-    const Acc d = nc > 0 ? s / nc : Acc(0);
-    const Acc m2 = row.SliceReduce(SumOp{}, [x0, d](const Acc* x, int64_t) {
-      const Acc e = (x[0] - x0) - d;
-      return e * e;
-    });
-    const auto parts = row.GatherSlices(Array<Acc, 3>{{s, m2, nc}});
-    constexpr int kSlices = Row::kSlices;
-    Acc sum = parts[0][0];
-#pragma unroll
-    for (int c = 1; c < kSlices; ++c) sum += parts[c][0];
-    const Acc n = static_cast<Acc>(row.Size());
-    const Acc dmu = sum / n;  // μ − x₀
-    Acc m2_all = Acc(0);
-#pragma unroll
-    for (int c = 0; c < kSlices; ++c) {
-      const Array<Acc, 3> q = parts[c];
-      const Acc dc = q[2] > 0 ? q[0] / q[2] - dmu : Acc(0);
-      m2_all += q[1] + q[2] * dc * dc;
-    }
-    *mu = x0 + dmu;
-    *var = m2_all / n;
   }
 };
 
@@ -143,24 +97,14 @@ struct LayerNormBwdOp {
   // The weight per column (what the fused kernels keep in shared memory).
   ROWNORM_HOST_DEVICE ParamList<W, 1> ColumnParams() const { return {{weight}, {1.0f}}; }
 
-  // The forward's (μ, r) of row `row` (OpTraits::kRowSaved).
-  ROWNORM_HOST_DEVICE Array<Acc, 2> RowSaved(int64_t row) const {
-    return {{stats[2 * row], stats[2 * row + 1]}};
-  }
-
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
-    // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
-    (*this)(row, sums, RowSaved(row.Valid() ? row.Index() : 0));
-  }
-
-  // The body, with the row's (μ, r) given.
-  template <class Row, class Sums>
-  ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums, const Array<Acc, 2>& saved) const {
     const Acc n = static_cast<Acc>(row.Size());
     const auto params = ColumnParams();
-    const Acc mu = saved[0];
-    const Acc r = saved[1];
+    // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
+    const int64_t at = row.Valid() ? 2 * row.Index() : 0;
+    const Acc mu = stats[at];
+    const Acc r = stats[at + 1];
     // (Σg, Σ(x − μ)·g): one all-reduce
     const Array<Acc, 2> s = ReduceWith(
         row, SumOp{},

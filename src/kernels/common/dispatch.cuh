@@ -95,13 +95,6 @@ constexpr int PlannedElemSize() {
   return kPackBytes / Args::kPackWidth;
 }
 
-// EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_L2=1 turns the next row's L2
-// prefetch on (off by default since call 3).
-inline int ExperimentL2() {
-  const char* e = std::getenv("ROWNORM_EXPERIMENT_L2");
-  return e != nullptr && std::atoi(e) != 0;
-}
-
 inline unsigned GridFor(int64_t units) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, INT_MAX)));
 }
@@ -561,12 +554,8 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
         break;
       case RowTier::kCluster:
         return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
-          Args b = a;
-          b.prefetch_l2 = ExperimentL2();
-          const char* one = std::getenv("ROWNORM_EXPERIMENT_ONE_ROUND");
-          b.experiment = one == nullptr || std::atoi(one) != 0;
           return LaunchClusterRow<Op, Args, decltype(t)::value, decltype(c)::value,
-                                  decltype(v)::value>(b, op, plan, stream);
+                                  decltype(v)::value>(a, op, plan, stream);
         });
       case RowTier::kStreaming: break;
     }
@@ -654,29 +643,13 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     if (err != cudaSuccess) return err;
     if (teams > 0) {
       const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
-      // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_AHEAD=0 reads the saved values
-      // in the body (the kernel before).
-      const char* ex = std::getenv("ROWNORM_EXPERIMENT_AHEAD");
-      auto kernel = kKernel;
-      if constexpr (OpTraits<Op>::kRowSaved) {
-        if (ex != nullptr && std::atoi(ex) == 0) {
-          constexpr auto kInline =
-              SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, false>;
-          int same = 0;  // sets its attributes as for kKernel
-          const cudaError_t e = kCluster == 1
-                                    ? ResidentCtas<kInline, kSmem>(kThreads, &same)
-                                    : ResidentClusters<kInline, kThreads, kCluster, kSmem>(&same);
-          if (e != cudaSuccess) return e;
-          kernel = kInline;
-        }
-      }
       if constexpr (kCluster == 1) {
-        kernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
+        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
         return cudaGetLastError();
       } else {
         cudaLaunchAttribute attr[1];
         const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
-        return cudaLaunchKernelEx(&cfg, kernel, a, op, partial, plan.chunk_rows);
+        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
       }
     }
   }
@@ -802,23 +775,8 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
   if (plan.kernel.stages == kFusedSumStages) {
     bool launched = false;
-    cudaError_t err = cudaSuccess;
-    // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_AHEAD=0 reads the saved values
-    // in the body (the kernel before).
-    const char* ex = std::getenv("ROWNORM_EXPERIMENT_AHEAD");
-    const int variant = ex == nullptr ? 1 : std::atoi(ex);
-    if constexpr (OpTraits<Op>::kRowSaved) {
-      using Stage = RowStage<Args, Args::kPackWidth, kVecs, kThreads>;
-      if (variant == 0) {
-        err = LaunchPersistent<CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
-                                                      kStagedChunkRows, kFusedSumStages, false>,
-                               kFusedSumStages * sizeof(Stage)>(plan.chunks, dim3(kThreads), stream,
-                                                                &launched, a, op, partial);
-        if (err != cudaSuccess || launched) return err;
-      }
-    }
-    err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
-                           StagedSumBytes<Args, kThreads, kVecs>()>(
+    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
+                                             StagedSumBytes<Args, kThreads, kVecs>()>(
         plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
@@ -835,8 +793,9 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     const RowPlan& k = plan.kernel;
     if (k.params_once) {
       return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
-        Args b = a;
-        b.prefetch_l2 = ExperimentL2();
+        Args b = a;  // EXPERIMENT (removed before landing)
+        const char* e = std::getenv("ROWNORM_EXPERIMENT_L2");
+        b.prefetch_l2 = e == nullptr || std::atoi(e) != 0;
         return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
                                   decltype(c)::value>(b, op, plan, partial, stream);
       });

@@ -66,8 +66,8 @@ ROWNORM_DEVICE void CopyBulkAsync(void* dst, const void* src, unsigned bytes, ui
 #endif
 }
 
-// A hint to bring `bytes` (a multiple of 16) of global memory at `src` (16-byte aligned) into L2,
-// issued by one thread with no registers or shared memory held for it (the TMA unit).
+// A hint to bring `bytes` (a multiple of 16) of global memory at `src` (16-byte aligned) into
+// L2, issued by one thread, holding no registers or shared memory (the TMA unit).
 ROWNORM_DEVICE void PrefetchBulkL2(const void* src, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");

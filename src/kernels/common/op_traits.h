@@ -14,7 +14,6 @@
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
 //     static constexpr int ClusterCtasPerSm(int cluster);  // optional, default 0 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
-//     Saved RowSaved(int64_t row) const;     // optional (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -76,13 +75,6 @@
 // Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
 // row tiers load and store those as stored and never stage them in shared memory.
-//
-// RowSaved(row) (optional): the values saved per row by the forward that the body reads (an
-// Array; layer_norm's backward reads (μ, r)). The op then also has
-// `operator()(Row& row, Sums* sums, const Saved& saved)`, the body with those values given,
-// which its other bodies call with RowSaved(row.Index()). The persistent fused-sum kernels
-// (tier_kernels.cuh's SavedAhead) load the next row's while they run a row: read in the body,
-// that load's latency stood between a staged row's arrival and its first use.
 //
 // ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
 // its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
@@ -149,11 +141,6 @@ template <class Op>
 struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
     : std::true_type {};
 template <class Op, class = void>
-struct HasRowSaved : std::false_type {};
-template <class Op>
-struct HasRowSaved<Op, std::void_t<decltype(std::declval<const Op&>().RowSaved(int64_t{0}))>>
-    : std::true_type {};
-template <class Op, class = void>
 struct ColumnSumCount : std::integral_constant<int, 0> {};
 template <class Op>
 struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
@@ -167,7 +154,6 @@ struct OpTraits {
   static constexpr bool kWideCta = op_traits_detail::WideCta<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
-  static constexpr bool kRowSaved = op_traits_detail::HasRowSaved<Op>::value;
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
   static constexpr int ClusterCtasPerSm(int cluster) {

@@ -140,13 +140,6 @@ struct ClusterReduceStorage {
   uint64_t landed[2];
 };
 
-// The CTAs' values of a cluster exchange (ClusterReducer::Exchange): [c] is CTA c's.
-template <typename V>
-struct SlotValues {
-  const unsigned char (*slots)[kReduceSlotBytes];
-  ROWNORM_DEVICE const V& operator[](int c) const { return *reinterpret_cast<const V*>(slots[c]); }
-};
-
 // All-reduces over a thread-block cluster of kCluster CTAs of kThreads threads (sm_90+), one
 // object per thread, made by every thread of every CTA at the kernel's start. Each CTA reduces
 // its block, pushes its partial into slot `rank` of every CTA (st.async into distributed shared
@@ -176,25 +169,9 @@ class ClusterReducer {
 
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
-    const SlotValues<V> slots = Exchange(BlockReduce(v, op));
-    v = slots[0];
-#pragma unroll 4
-    for (int c = 1; c < kCluster; ++c) v = op(v, slots[c]);
-    return v;
-  }
-
-  // v combined over this CTA's threads (its slice of the row), in every one of them.
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V BlockReduce(V v, Op op) {
-    return BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
-  }
-
-  // Every CTA's `v` (the same in all of a CTA's threads, e.g. a BlockReduce), in rank order: the
-  // returned slots hold them until the next Exchange but one.
-  template <typename V>
-  ROWNORM_DEVICE SlotValues<V> Exchange(const V& v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+    v = BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
     if (!joined_) {
       ClusterWait();  // every CTA's barriers are initialized
       joined_ = true;
@@ -202,18 +179,20 @@ class ClusterReducer {
     const int p = set_;
     uint64_t* landed = &storage_.landed[p];
     if (threadIdx.x == 0) ExpectBytes(landed, kCluster * sizeof(V));
-    if (threadIdx.x < kCluster) {  // thread q pushes the CTA's value to CTA q
+    if (threadIdx.x < kCluster) {  // thread q pushes the CTA's partial to CTA q
       const unsigned rank = cooperative_groups::this_cluster().block_rank();
       StoreToPeer(reinterpret_cast<V*>(storage_.slots[p][rank]), v, landed, threadIdx.x);
     }
     WaitBarrier(landed, (phases_ >> p) & 1u);
     phases_ ^= 1u << p;
     set_ ^= 1;
-    return SlotValues<V>{storage_.slots[p]};
+    v = *reinterpret_cast<const V*>(storage_.slots[p][0]);
+#pragma unroll 4
+    for (int c = 1; c < kCluster; ++c) v = op(v, *reinterpret_cast<const V*>(storage_.slots[p][c]));
 #else
     __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
-    return SlotValues<V>{nullptr};
 #endif
+    return v;
   }
 
   // At the kernel's end: a CTA that never reduced still waits for the cluster barrier it

@@ -75,14 +75,6 @@ struct ClusterTeam {
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return reducer.AllReduce(v, op);
   }
-  template <typename Op, typename V>
-  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
-    return reducer.BlockReduce(v, op);
-  }
-  template <typename V>
-  ROWNORM_DEVICE SlotValues<V> GatherSlices(const V& v) {
-    return reducer.Exchange(v);
-  }
   ROWNORM_DEVICE void Finish() { reducer.Finish(); }
 };
 
@@ -386,30 +378,6 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     return valid_ && team_.ThreadRank() == 0 && team_.SliceRank() == 0;
   }
   ROWNORM_DEVICE Acc First() const { return ToAcc(row0_[0]); }
-
-  // Cluster rows (kOneRound): the elements of this CTA's slice; f(x, col) reduced over the
-  // slice, in every thread of the CTA; each CTA's `v` (the same in all its threads), in rank
-  // order (SlotValues). Statistics that would take two all-reduces across the cluster take
-  // one exchange so (layer_norm's forward).
-  ROWNORM_DEVICE int64_t SliceSize() const {
-    const int slice = team_.SliceRank();
-    const int64_t packs = Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice + 1) -
-                          Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice);
-    return packs * kVec + (slice == 0 ? geo_.head : 0) +
-           (slice == Team::kSlices - 1 ? geo_.tail : 0);
-  }
-  template <typename Op, typename F>
-  ROWNORM_DEVICE auto SliceReduce(Op op, F f) {
-    return team_.SliceAllReduce(this->Self().ReduceLocal(op, f), op);
-  }
-  template <typename V>
-  ROWNORM_DEVICE SlotValues<V> GatherSlices(const V& v) {
-    return team_.GatherSlices(v);
-  }
-  ROWNORM_DEVICE int Experiment() const {
-    return experiment_;
-  }  // EXPERIMENT (removed before landing)
-  static constexpr int kSlices = Team::kSlices;
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
@@ -596,8 +564,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
         own_(team, geo_, valid),
         n_(args.n),
         row_(row),
-        valid_(valid),
-        experiment_(args.experiment) {
+        valid_(valid) {
     static_assert(!Args::NarrowIn(0),
                   "input 0, whose address gives the row's geometry, is "
                   "not narrowed");
@@ -635,7 +602,6 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   int64_t n_;
   int64_t row_;
   bool valid_;
-  int experiment_;
 };
 
 // The row cached in registers as packs of the storage type (converted on use, which keeps
@@ -693,14 +659,13 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   }
 
   // Brings this CTA's slice of `row`'s inputs into L2 (threads 0 .. kIn - 1, one bulk prefetch
-  // each, rounded inwards to 16 bytes): a persistent kernel's next row, issued once the current
-  // row's loads are, so that the next row's loads find it in L2 instead of waiting for DRAM while
-  // the memory system had idled through the current row's reductions and stores.
+  // each, rounded inwards to 16 bytes; sm_90+): a persistent kernel's next row, whose loads then
+  // find it there (SliceRowSums).
   ROWNORM_DEVICE static void PrefetchL2(const Team& team, const Args& args, int64_t row) {
     const int i = team.ThreadRank();
     if (i >= kIn) return;
-    const TIn* in0 = Base::In(args, 0, row, true);
-    const auto geo = RowGeometry<TIn, kVec>::template Of<kAligned>(in0, args.n);
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const int slice = team.SliceRank();
     const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
     const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
@@ -710,8 +675,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     const uintptr_t from = (first + 15) & ~uintptr_t{15};
     const uintptr_t to =
         (first + static_cast<uintptr_t>((end - begin) * kVec * elem)) & ~uintptr_t{15};
-    if (to > from)
+    if (to > from) {
       PrefetchBulkL2(reinterpret_cast<const void*>(from), static_cast<unsigned>(to - from));
+    }
   }
 
   // The loads of `row` whose packs Prefetch staged in `stage` (the caller waited for the

@@ -26,7 +26,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/common/op_traits.h"
 #include "kernels/common/row_views.cuh"
 #include "kernels/common/strided_views.cuh"
 
@@ -71,41 +70,6 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
     s = s + 1 == kStages ? 0 : s + 1;
   }
 }
-
-// An op's saved per-row values (OpTraits::kRowSaved: layer_norm's backward reads the forward's
-// (μ, r)) loaded one row ahead by the persistent fused-sum kernels, which know their next row.
-// Read in the body, that load was issued only once the row had arrived, and the row's first
-// use of μ waited for it: 13% of the stall samples of layer_norm's bf16 8192 backward on the
-// staged kernel (benchmarks/results/h100/NOTES.md §38). Run(op, r, sums, next) runs row r with
-// the values loaded for it and loads those of row `next` (none where next < 0). Ops without
-// RowSaved run their body as it is.
-template <class Op, bool = OpTraits<Op>::kRowSaved>
-class SavedAhead {
- public:
-  ROWNORM_DEVICE SavedAhead(const Op&, int64_t) {}
-  template <class Row, class Sums>
-  ROWNORM_DEVICE void Run(const Op& op, Row& r, Sums* sums, int64_t) {
-    op(r, sums);
-  }
-};
-
-template <class Op>
-class SavedAhead<Op, true> {
- public:
-  // `first`: the first row the kernel runs (none where first < 0).
-  ROWNORM_DEVICE SavedAhead(const Op& op, int64_t first) {
-    if (first >= 0) next_ = op.RowSaved(first);
-  }
-  template <class Row, class Sums>
-  ROWNORM_DEVICE void Run(const Op& op, Row& r, Sums* sums, int64_t next) {
-    const auto saved = next_;
-    if (next >= 0) next_ = op.RowSaved(next);
-    op(r, sums, saved);
-  }
-
- private:
-  decltype(std::declval<const Op&>().RowSaved(int64_t{0})) next_;
-};
 
 // The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a CTA per row, in a grid that GridFor
 // caps).
@@ -328,8 +292,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // restarts its pipeline every chunk. For two column sums, whose partials (twice those of one)
 // want long chunks and whose CTAs fit two to an SM (benchmarks/results/h100/NOTES.md §24).
 // The launcher sizes the grid to the CTAs the GPU holds at once (LaunchPersistent).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
-          bool kAhead = true>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages>
 __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
@@ -350,13 +313,12 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
   int64_t units = own * kRows;
   if (first + (own - 1) * step == chunks - 1) units -= chunks * kRows - args.rows;
   const auto row_of = [&](int64_t u) { return (first + (u / kRows) * step) * kRows + u % kRows; };
-  SavedAhead<Op, kAhead && OpTraits<Op>::kRowSaved> saved(op, row_of(0));
   PipelineUnits<kStages>(
       0, 1, units, [&](int64_t u, int s) { Row::Prefetch(team, args, row_of(u), stages[s]); },
       [&](int64_t u, int s, auto refill) {
         const int64_t row = row_of(u);
         Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
-        saved.Run(op, r, &sums, u + 1 < units ? row_of(u + 1) : -1);
+        op(r, &sums);
         refill();  // the row's stores have used every staged pack
         if (u % kRows == kRows - 1 || u == units - 1) {  // the chunk's last row
           WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, row / kRows,
@@ -499,7 +461,6 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
   const int64_t clusters = gridDim.x / kCluster;
   for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
     Row r(team, args, row, true, slices);
-    if (args.prefetch_l2 && row + clusters < args.rows) Row::PrefetchL2(team, args, row + clusters);
     op(r);
   }
   team.Finish();
@@ -544,13 +505,17 @@ struct SliceSums {
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
 };
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAhead>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows) {
   using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
   using Team = typename S::Team;
   using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
+  // The 16-CTA clusters of 512 threads (one CTA per SM) bring the team's next row into L2 once
+  // the current row's loads are issued: alone on its SM, a CTA leaves the memory system idle
+  // from its row's barrier to its next row's loads. EXPERIMENT: measured in build D.
+  constexpr bool kPrefetchNextRow = kCluster == 16 && kThreads == 512;
   __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
                                 ClusterReduceStorage<kThreads, kCluster>>
       storage;
@@ -566,26 +531,25 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   sums.Zero(threadIdx.x);
   const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
   const int64_t teams = gridDim.x / kCluster;
-  const int64_t first = blockIdx.x / kCluster;
-  SavedAhead<Op, kAhead && OpTraits<Op>::kRowSaved> saved(op,
-                                                          first < chunks ? first * chunk_rows : -1);
-  for (int64_t c = first; c < chunks; c += teams) {
+  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
     const int64_t last = min(args.rows, (c + 1) * chunk_rows);
     for (int64_t row = c * chunk_rows; row < last; ++row) {
       Row r(team, args, row, true, &slices);
-      // the next row: this chunk's, else the first of the team's next chunk
-      const int64_t next = row + 1 < last       ? row + 1
-                           : c + teams < chunks ? (c + teams) * chunk_rows
-                                                : -1;
-      if (args.prefetch_l2 && next >= 0) Row::PrefetchL2(team, args, next);
-      saved.Run(op, r, &sums, next);
+      if constexpr (kPrefetchNextRow) {
+        // the team's next row: this chunk's, else the first of its next chunk
+        const int64_t next = row + 1 < last       ? row + 1
+                             : c + teams < chunks ? (c + teams) * chunk_rows
+                                                  : -1;
+        if (args.prefetch_l2 && next >= 0) Row::PrefetchL2(team, args, next);
+      }
+      op(r, &sums);
     }
     sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
   }
   if constexpr (kCluster > 1) team.Finish();
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAhead = true>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads)
     SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
                        int chunk_rows) {
@@ -593,10 +557,10 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kCluster > 1) {
     __trap();  // launched on sm_90+ only (checked on the host)
   } else {
-    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAhead>(args, op, partial, chunk_rows);
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
   }
 #else
-  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAhead>(args, op, partial, chunk_rows);
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
 #endif
 }
 
