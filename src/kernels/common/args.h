@@ -86,7 +86,6 @@ struct RowArgs : OperandTypes<TIn, kIn, TOut, kOut, Narrowed> {
   int64_t out_stride[kOut];
   int64_t rows;
   int64_t n;
-  int prefetch_l2 = 1;  // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_L2=0 sets 0
 };
 
 // Contiguous (outer, d, inner) operands reduced over d: the strided-dim path when inner > 1,

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdlib>  // EXPERIMENT (removed before landing)
 #include <optional>
 #include <type_traits>
 
@@ -793,11 +792,8 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     const RowPlan& k = plan.kernel;
     if (k.params_once) {
       return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
-        Args b = a;  // EXPERIMENT (removed before landing)
-        const char* e = std::getenv("ROWNORM_EXPERIMENT_L2");
-        b.prefetch_l2 = e == nullptr || std::atoi(e) != 0;
         return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
-                                  decltype(c)::value>(b, op, plan, partial, stream);
+                                  decltype(c)::value>(a, op, plan, partial, stream);
       });
     }
     if (k.tier == RowTier::kGroup) {

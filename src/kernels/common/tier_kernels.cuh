@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/common/plan.h"
 #include "kernels/common/row_views.cuh"
 #include "kernels/common/strided_views.cuh"
 
@@ -514,8 +515,14 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
   // The 16-CTA clusters of 512 threads (one CTA per SM) bring the team's next row into L2 once
   // the current row's loads are issued: alone on its SM, a CTA leaves the memory system idle
-  // from its row's barrier to its next row's loads. EXPERIMENT: measured in build D.
-  constexpr bool kPrefetchNextRow = kCluster == 16 && kThreads == 512;
+  // from its row's barrier to its next row's loads. For 16-bit rows (4 packs a thread) and two
+  // sums; the H100's fwd+bwd step took 0.90-0.96x the time (layer_norm bf16 163840-262144),
+  // 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32 196608-262144), but 1.03-1.05x for
+  // fp32 rms_norm, which runs at 89-91% of copy without (benchmarks/results/h100/NOTES.md §38).
+  // In the cluster forwards and on smaller slice teams it lost as often as it gained (the
+  // forwards 1.06-1.21x at 65536-262144 on rows of a power-of-two length).
+  constexpr bool kPrefetchNextRow =
+      kCluster == 16 && kThreads == 512 && (kVecs == kClusterHalfVecs || Op::kColumnSums == 2);
   __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
                                 ClusterReduceStorage<kThreads, kCluster>>
       storage;
@@ -540,7 +547,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
         const int64_t next = row + 1 < last       ? row + 1
                              : c + teams < chunks ? (c + teams) * chunk_rows
                                                   : -1;
-        if (args.prefetch_l2 && next >= 0) Row::PrefetchL2(team, args, next);
+        if (next >= 0) Row::PrefetchL2(team, args, next);
       }
       op(r, &sums);
     }
