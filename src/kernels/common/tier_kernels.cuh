@@ -491,7 +491,8 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // sums in shared memory (SharedColumnSums: 64 columns a thread at 16-bit, too many to hold in
 // registers next to the row), which it writes as the chunk's partial after the chunk's last
 // row. (Loading the team's next row into registers while the current one is reduced took
-// 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29.)
+// 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29;
+// 16-CTA clusters of 512 threads bring it into L2 instead, kPrefetchNextRow below, §38.)
 // Where it runs, x and dy are read once per step; elsewhere these rows save per-row
 // statistics and kernels/param_grad.h reads them again. Aligned rows (head == tail == 0,
 // checked on the host). Dynamic shared memory: SliceSums::Bytes.
