@@ -520,8 +520,8 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   // sums; the H100's fwd+bwd step took 0.90-0.96x the time (layer_norm bf16 163840-262144),
   // 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32 196608-262144), but 1.03-1.05x for
   // fp32 rms_norm, which runs at 89-91% of copy without (benchmarks/results/h100/NOTES.md §38).
-  // In the cluster forwards and on smaller slice teams it lost as often as it gained (the
-  // forwards 1.06-1.21x at 65536-262144 on rows of a power-of-two length).
+  // The cluster forwards lost with it (1.06-1.21x at 65536-262144 on rows of a power-of-two
+  // length); smaller slice teams were timed only together with those forwards (§38).
   constexpr bool kPrefetchNextRow =
       kCluster == 16 && kThreads == 512 && (kVecs == kClusterHalfVecs || Op::kColumnSums == 2);
   __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
