@@ -296,6 +296,19 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
          (packs == kWideCtaVecs || (packs == kCtaVecs && elem_size < 4));
 }
 
+// Whether SliceRowSumsKernel's team of `cluster` CTAs of `threads` x `packs` brings its next
+// row into L2 once the current row's loads are issued (cp.async.bulk.prefetch.L2): the 16-CTA
+// clusters of 512 threads, one CTA per SM, which alone on its SM leaves the memory system idle
+// from its row's barrier to its next row's loads. For 16-bit rows (4 packs a thread) and two
+// sums: the H100's fwd+bwd step took 0.90-0.96x the time (layer_norm bf16 163840-262144),
+// 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32 196608-262144), but 1.03-1.05x for
+// fp32 rms_norm, which runs at 89-91% of copy without (NOTES.md §38). The cluster forwards lost
+// with it (1.06-1.21x at 65536-262144 on rows of a power-of-two length); smaller slice teams
+// were timed only together with those forwards (§38).
+constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int column_sums) {
+  return cluster == 16 && threads == 512 && (packs == kClusterHalfVecs || column_sums == 2);
+}
+
 struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)

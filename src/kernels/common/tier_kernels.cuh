@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // registers next to the row), which it writes as the chunk's partial after the chunk's last
 // row. (Loading the team's next row into registers while the current one is reduced took
 // 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29;
-// 16-CTA clusters of 512 threads bring it into L2 instead, kPrefetchNextRow below, §38.)
+// 16-CTA clusters of 512 threads bring it into L2 instead: plan.h's SlicePrefetchesNextRow.)
 // Where it runs, x and dy are read once per step; elsewhere these rows save per-row
 // statistics and kernels/param_grad.h reads them again. Aligned rows (head == tail == 0,
 // checked on the host). Dynamic shared memory: SliceSums::Bytes.
@@ -514,16 +514,6 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
   using Team = typename S::Team;
   using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
-  // The 16-CTA clusters of 512 threads (one CTA per SM) bring the team's next row into L2 once
-  // the current row's loads are issued: alone on its SM, a CTA leaves the memory system idle
-  // from its row's barrier to its next row's loads. For 16-bit rows (4 packs a thread) and two
-  // sums; the H100's fwd+bwd step took 0.90-0.96x the time (layer_norm bf16 163840-262144),
-  // 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32 196608-262144), but 1.03-1.05x for
-  // fp32 rms_norm, which runs at 89-91% of copy without (benchmarks/results/h100/NOTES.md §38).
-  // The cluster forwards lost with it (1.06-1.21x at 65536-262144 on rows of a power-of-two
-  // length); smaller slice teams were timed only together with those forwards (§38).
-  constexpr bool kPrefetchNextRow =
-      kCluster == 16 && kThreads == 512 && (kVecs == kClusterHalfVecs || Op::kColumnSums == 2);
   __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
                                 ClusterReduceStorage<kThreads, kCluster>>
       storage;
@@ -543,7 +533,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     const int64_t last = min(args.rows, (c + 1) * chunk_rows);
     for (int64_t row = c * chunk_rows; row < last; ++row) {
       Row r(team, args, row, true, &slices);
-      if constexpr (kPrefetchNextRow) {
+      if constexpr (SlicePrefetchesNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
         // the team's next row: this chunk's, else the first of its next chunk
         const int64_t next = row + 1 < last       ? row + 1
                              : c + teams < chunks ? (c + teams) * chunk_rows
