@@ -169,7 +169,7 @@ def test_slice_param_grads(op_id, dtype):
     if elem == 2 and OPS[op_id].name in ("layer_norm", "rms_norm"):
         lengths.append(4096 * 40 + vec)
     if elem == 2 and OPS[op_id].name == "layer_norm":
-        lengths.append(4096 * 30 + vec)
+        lengths += [4096 * 30 + vec, 512 * 4 * vec, 512 * 8 * vec]  # full 512 x 4 / 2 x 256 x 8
         shapes = ((4096 * 10 + vec, 4, 256), (4096 * 30 + vec, 4, 256), (4096 * 40 + vec, 4, 512))
         for n, packs, threads in shapes + ((4096 * 70 + vec, 8, 512),):
             probe = torch.empty((1 << 10, n), dtype=dtype, device="cuda")
@@ -177,6 +177,8 @@ def test_slice_param_grads(op_id, dtype):
             assert plan.tier == "cluster" and plan.packs == packs, (n, plan.raw)
             assert plan.threads == threads, (n, plan.raw)
         assert plan.param_grads == "two-pass", plan.raw
+    if elem == 4 and OPS[op_id].name == "layer_norm":
+        lengths.append(4096 * 20 + vec)  # 16 CTAs of 256
     for n in lengths:
         rows = 64
         while True:  # about the fewest rows whose chunks keep the device busy
@@ -186,6 +188,17 @@ def test_slice_param_grads(op_id, dtype):
                 break
             assert rows < 1 << 16, (n, plan.raw)
             rows = rows * 3 // 2
+        # plan.h, SlicePrefetchesNextRow: which teams bring their next row into L2 (sm_90+)
+        cluster = plan.cluster or 1
+        if OPS[op_id].name != "layer_norm":  # one column sum
+            prefetch = cluster == 16 and plan.threads == 512 and plan.packs == 4
+        else:
+            team = plan.threads * plan.packs * vec * cluster
+            prefetch = cluster == 16 or (
+                elem == 2 and (cluster > 1 and plan.packs == 4 or 4 * n <= 3 * team)
+            )
+        sm90 = torch.cuda.get_device_capability()[0] >= 9
+        assert plan.prefetch == ("next_row" if prefetch and sm90 else None), (n, plan.raw)
         x = randn((rows + 17, n), dtype, "cuda")
         case, inp, outs, dys, fused = _check_fused_param_grads(
             op_id, x, params="once", chunk_rows=64 // elem

@@ -71,6 +71,10 @@ class Plan:
         chunks: fused: partials per column sum.
         chunk_rows: fused: rows per chunk (the rows one partial sums, in order; on the
             group tier a CTA's rows, which its groups take in turn).
+        prefetch: fused sums in shared memory: ``"next_row"`` where each team brings its next
+            row into L2 while it reduces the current one (sm_90+: the 16-CTA clusters of 512
+            threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of 16-bit rows
+            that fill at most 3/4 of their team); None elsewhere.
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 
@@ -94,6 +98,7 @@ class Plan:
     param_grads: str | None = None
     chunks: int | None = None
     chunk_rows: int | None = None
+    prefetch: str | None = None
     raw: str = ""
 
     def __str__(self) -> str:
@@ -136,6 +141,8 @@ def _describe(p: Plan) -> str:
     if p.param_grads == "fused":
         rows = f" of {p.chunk_rows} rows" if p.chunk_rows else ""
         text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"
+        if p.prefetch == "next_row":
+            text += "; the next row prefetched into L2"
     elif p.param_grads == "two-pass":
         text += "; parameter gradients in a second pass (saved per-row statistics)"
     return text

@@ -643,12 +643,14 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     if (teams > 0) {
       const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
       if constexpr (kCluster == 1) {
-        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows);
+        kKernel<<<grid, kThreads, kSmem, stream>>>(a, op, partial, plan.chunk_rows,
+                                                   plan.prefetch_next_row);
         return cudaGetLastError();
       } else {
         cudaLaunchAttribute attr[1];
         const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(attr, grid, stream);
-        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows);
+        return cudaLaunchKernelEx(&cfg, kKernel, a, op, partial, plan.chunk_rows,
+                                  plan.prefetch_next_row);
       }
     }
   }

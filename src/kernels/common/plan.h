@@ -296,17 +296,28 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
          (packs == kWideCtaVecs || (packs == kCtaVecs && elem_size < 4));
 }
 
-// Whether SliceRowSumsKernel's team of `cluster` CTAs of `threads` x `packs` brings its next
-// row into L2 once the current row's loads are issued (cp.async.bulk.prefetch.L2): the 16-CTA
-// clusters of 512 threads, one CTA per SM, which alone on its SM leaves the memory system idle
-// from its row's barrier to its next row's loads. For 16-bit rows (4 packs a thread) and two
-// sums: the H100's fwd+bwd step took 0.90-0.96x the time (layer_norm bf16 163840-262144),
-// 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32 196608-262144), but 1.03-1.05x for
-// fp32 rms_norm, which runs at 89-91% of copy without (NOTES.md §38). The cluster forwards lost
-// with it (1.06-1.21x at 65536-262144 on rows of a power-of-two length); smaller slice teams
-// were timed only together with those forwards (§38).
-constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int column_sums) {
-  return cluster == 16 && threads == 512 && (packs == kClusterHalfVecs || column_sums == 2);
+// Whether SliceRowSumsKernel's team of `cluster` CTAs of `threads` x `packs` (packs of `vec`
+// elements) brings its next row into L2 once the current row's loads are issued
+// (cp.async.bulk.prefetch.L2), for rows of `n` elements with `column_sums` sums. A team has
+// nothing in flight from its row's barrier to its next row's loads; the prefetch fills that gap
+// where the team's own loads keep too few bytes in flight. The H100's fwd+bwd step, prefetch on
+// against off (benchmarks/results/h100/NOTES.md §38-39):
+// - 16 CTAs of 512 (one per SM), 16-bit rows (4 packs) or two sums: 0.90-0.96x the time
+//   (layer_norm bf16 163840-262144), 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32);
+//   fp32 rms_norm 1.03-1.05x (not: it runs at 89-91% of copy without).
+// - two sums on the other 16-CTA teams and on 16-bit 4-pack clusters (layer_norm bf16 40000 /
+//   65536 on 8 CTAs, 98304 / 131072 on 16, fp32 131072 on 16): 0.93-0.97x. fp32 on 8 CTAs
+//   1.015x, on 2-4 CTAs 1.07x (not).
+// - two sums of 16-bit rows that fill at most 3/4 of their team, the other teams (the 512 x 4
+//   CTA at 12288, 2 CTAs of 256 x 8 at 24576): 0.93x, where full rows (16384, 32768) took
+//   1.01-1.03x.
+// - one sum elsewhere: rms_norm bf16 0.97-1.09x (40000 gained, full rows lost), fp32 1.06-1.08x.
+constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int vec, int elem_size,
+                                      int column_sums, int64_t n) {
+  if (column_sums == 1) return cluster == 16 && threads == 512 && packs == kClusterHalfVecs;
+  if (cluster == 16 || (cluster > 1 && packs == kClusterHalfVecs && elem_size < 4)) return true;
+  const int64_t team = int64_t{threads} * packs * vec * std::max(cluster, 1);
+  return elem_size < 4 && 4 * n <= 3 * team;
 }
 
 struct FusedSumPlan {
@@ -317,6 +328,7 @@ struct FusedSumPlan {
   int chunk_rows = 0;  // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
                        // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                        // kFusedGroupRows x groups)
+  bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -390,7 +402,11 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
     RowPlan k = plan;
     k.params_once = true;
-    return CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
+    FusedSumPlan fused = CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
+    // (the bulk prefetch needs sm_90, as the clusters do)
+    fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
+                                                                 elem_size, column_sums, n);
+    return fused;
   }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
@@ -529,6 +545,7 @@ inline std::string Describe(const RowPlan& p) {
 inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
+  if (f.prefetch_next_row) s += " prefetch=next_row";
   if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
     s += " cluster=" + std::to_string(f.kernel.cluster);
   }

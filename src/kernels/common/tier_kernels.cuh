@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // registers next to the row), which it writes as the chunk's partial after the chunk's last
 // row. (Loading the team's next row into registers while the current one is reduced took
 // 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29;
-// 16-CTA clusters of 512 threads bring it into L2 instead: plan.h's SlicePrefetchesNextRow.)
+// with `prefetch_next_row` a team brings it into L2 instead: plan.h's SlicePrefetchesNextRow.)
 // Where it runs, x and dy are read once per step; elsewhere these rows save per-row
 // statistics and kernels/param_grad.h reads them again. Aligned rows (head == tail == 0,
 // checked on the host). Dynamic shared memory: SliceSums::Bytes.
@@ -510,7 +510,7 @@ struct SliceSums {
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
-                                             int chunk_rows) {
+                                             int chunk_rows, bool prefetch_next_row) {
   using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
   using Team = typename S::Team;
   using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
@@ -533,7 +533,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     const int64_t last = min(args.rows, (c + 1) * chunk_rows);
     for (int64_t row = c * chunk_rows; row < last; ++row) {
       Row r(team, args, row, true, &slices);
-      if constexpr (SlicePrefetchesNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
+      if (prefetch_next_row) {
         // the team's next row: this chunk's, else the first of its next chunk
         const int64_t next = row + 1 < last       ? row + 1
                              : c + teams < chunks ? (c + teams) * chunk_rows
@@ -550,15 +550,17 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads)
     SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
-                       int chunk_rows) {
+                       int chunk_rows, bool prefetch_next_row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if constexpr (kCluster > 1) {
     __trap();  // launched on sm_90+ only (checked on the host)
   } else {
-    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows,
+                                                            prefetch_next_row);
   }
 #else
-  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows);
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows,
+                                                          prefetch_next_row);
 #endif
 }
 
