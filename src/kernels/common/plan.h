@@ -300,22 +300,26 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
 // elements) brings its next row into L2 once the current row's loads are issued
 // (cp.async.bulk.prefetch.L2), for rows of `n` elements with `column_sums` sums. A team has
 // nothing in flight from its row's barrier to its next row's loads; the prefetch fills that gap
-// where the team's own loads keep too few bytes in flight. The H100's fwd+bwd step, prefetch on
-// against off (benchmarks/results/h100/NOTES.md §38-39):
+// where the team's own loads keep too few bytes in flight. The H100's fwd+bwd step with it
+// (benchmarks/results/h100/NOTES.md §38, §39):
 // - 16 CTAs of 512 (one per SM), 16-bit rows (4 packs) or two sums: 0.90-0.96x the time
 //   (layer_norm bf16 163840-262144), 0.88-0.98x (rms_norm bf16), 0.93-0.94x (layer_norm fp32);
 //   fp32 rms_norm 1.03-1.05x (not: it runs at 89-91% of copy without).
-// - two sums on the other 16-CTA teams and on 16-bit 4-pack clusters (layer_norm bf16 40000 /
-//   65536 on 8 CTAs, 98304 / 131072 on 16, fp32 131072 on 16): 0.93-0.97x. fp32 on 8 CTAs
-//   1.015x, on 2-4 CTAs 1.07x (not).
-// - two sums of 16-bit rows that fill at most 3/4 of their team, the other teams (the 512 x 4
-//   CTA at 12288, 2 CTAs of 256 x 8 at 24576): 0.93x, where full rows (16384, 32768) took
-//   1.01-1.03x.
+// - two sums (layer_norm) on 16-bit 4-pack clusters: bf16 40000 0.92x, 65536 0.97x (8 CTAs),
+//   131072 0.94x (16 CTAs); fp32 on 16 CTAs of 256 0.97-1.00x, on 2-8 CTAs 1.015-1.07x (not).
+// - two sums of 16-bit rows that fill at most 3/4 of the other teams: 12288 on the 512 x 4 CTA
+//   0.92x, 24576 on 2 CTAs of 256 x 8 0.92x, where full rows (16384, 32768) took 1.00-1.03x.
 // - one sum elsewhere: rms_norm bf16 0.97-1.09x (40000 gained, full rows lost), fp32 1.06-1.08x.
+// The kernels of the teams for which it may hold are compiled with the prefetch
+// (SliceMayPrefetchNextRow); the others' code has none.
+constexpr bool SliceMayPrefetchNextRow(int threads, int packs, int cluster, int column_sums) {
+  return column_sums == 2 || (cluster == 16 && threads == 512 && packs == kClusterHalfVecs);
+}
 constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int vec, int elem_size,
                                       int column_sums, int64_t n) {
-  if (column_sums == 1) return cluster == 16 && threads == 512 && packs == kClusterHalfVecs;
-  if (cluster == 16 || (cluster > 1 && packs == kClusterHalfVecs && elem_size < 4)) return true;
+  if (!SliceMayPrefetchNextRow(threads, packs, cluster, column_sums)) return false;
+  const bool half_packs = cluster > 1 && packs == kClusterHalfVecs && elem_size < 4;
+  if (column_sums == 1 || cluster == 16 || half_packs) return true;
   const int64_t team = int64_t{threads} * packs * vec * std::max(cluster, 1);
   return elem_size < 4 && 4 * n <= 3 * team;
 }

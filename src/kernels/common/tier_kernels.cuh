@@ -533,12 +533,14 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     const int64_t last = min(args.rows, (c + 1) * chunk_rows);
     for (int64_t row = c * chunk_rows; row < last; ++row) {
       Row r(team, args, row, true, &slices);
-      if (prefetch_next_row) {
-        // the team's next row: this chunk's, else the first of its next chunk
-        const int64_t next = row + 1 < last       ? row + 1
-                             : c + teams < chunks ? (c + teams) * chunk_rows
-                                                  : -1;
-        if (next >= 0) Row::PrefetchL2(team, args, next);
+      if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
+        if (prefetch_next_row) {
+          // the team's next row: this chunk's, else the first of its next chunk
+          const int64_t next = row + 1 < last       ? row + 1
+                               : c + teams < chunks ? (c + teams) * chunk_rows
+                                                    : -1;
+          if (next >= 0) Row::PrefetchL2(team, args, next);
+        }
       }
       op(r, &sums);
     }
