@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>  // EXPERIMENT (removed before landing)
 #include <optional>
 #include <type_traits>
 
@@ -884,9 +885,32 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan
             if (err != cudaSuccess || launched) return err;
           }
         }
-        StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>
-            <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
-        return cudaGetLastError();
+        // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_STRIDED_MINB = 3 / 4 (CTAs
+        // per SM the kernel is held to), ROWNORM_EXPERIMENT_STRIDED_GRID = k (a grid of k x the
+        // CTAs resident at once, each running tiles in turn)
+        const char* eb = std::getenv("ROWNORM_EXPERIMENT_STRIDED_MINB");
+        const char* eg = std::getenv("ROWNORM_EXPERIMENT_STRIDED_GRID");
+        const int minb = eb == nullptr ? 0 : std::atoi(eb);
+        const int gridk = eg == nullptr ? 0 : std::atoi(eg);
+        const auto launch = [&](auto kernel) {
+          int64_t grid = pack_tiles;
+          if (gridk > 0) {
+            int per_sm = 0, sms = 0, dev = 0;
+            (void)cudaGetDevice(&dev);
+            (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTx * kTy, 0);
+            (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            grid = std::min<int64_t>(grid, int64_t{gridk} * per_sm * sms);
+          }
+          kernel<<<GridFor(grid), dim3(kTx, kTy), 0, stream>>>(a, op);
+          return cudaGetLastError();
+        };
+        if (minb == 3) {
+          return launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes, 3>);
+        }
+        if (minb == 4) {
+          return launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes, 4>);
+        }
+        return launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>);
       }
       break;
     case StridedKind::kCached:

@@ -661,7 +661,7 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
 }
 
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes>
-__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
+__device__ __forceinline__ void StridedPackTiles(const Args& args, const Op& op) {
   __shared__ StridedReduceStorage<kTx, kTy> storage;
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
@@ -673,6 +673,18 @@ __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, c
     RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
     tile.Flush();
   }
+}
+
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes>
+__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
+  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes>(args, op);
+}
+
+// EXPERIMENT (removed before landing): held to kMinBlocks CTAs per SM.
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kMinBlocks>
+__global__ void __launch_bounds__(kTx* kTy, kMinBlocks)
+    StridedPackKernelBounded(const Args args, const Op op) {
+  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes>(args, op);
 }
 
 // The packed strided path with later tiles in flight (ops of one input; plan.h's
