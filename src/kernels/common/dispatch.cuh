@@ -874,24 +874,33 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan
         const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
         constexpr int kStages = StridedStages<Args>();
         if (plan.stages != 0 && plan.stages != kStages) return cudaErrorInvalidConfiguration;
+        // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_STRIDED_WARP = 1 (the warp
+        // layout), _MINB = 3 (held to 3 CTAs per SM), _GRID = k (k x the resident CTAs,
+        // persistent), _STAGED = 0 (no prefetch kernel)
+        const auto env = [](const char* name) {
+          const char* e = std::getenv(name);
+          return e == nullptr ? -1 : std::atoi(e);
+        };
+        const bool warp = env("ROWNORM_EXPERIMENT_STRIDED_WARP") == 1;
+        const int minb = env("ROWNORM_EXPERIMENT_STRIDED_MINB");
+        const int gridk = env("ROWNORM_EXPERIMENT_STRIDED_GRID");
+        const bool staged = env("ROWNORM_EXPERIMENT_STRIDED_STAGED") != 0;
         if constexpr (kStages > 0) {
-          if (plan.stages == kStages) {  // later tiles in flight
+          if (plan.stages == kStages && staged) {  // later tiles in flight
             using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
             bool launched = false;
-            const cudaError_t err = LaunchPersistent<
-                StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kStages>,
-                kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream,
-                                                        &launched, a, op);
+            const cudaError_t err =
+                warp ? LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache,
+                                                              kLanes, kStages, true>,
+                                        kStages * sizeof(typename Tile::Stage)>(
+                           pack_tiles, dim3(kTx, kTy), stream, &launched, a, op)
+                     : LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache,
+                                                              kLanes, kStages, false>,
+                                        kStages * sizeof(typename Tile::Stage)>(
+                           pack_tiles, dim3(kTx, kTy), stream, &launched, a, op);
             if (err != cudaSuccess || launched) return err;
           }
         }
-        // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_STRIDED_MINB = 3 / 4 (CTAs
-        // per SM the kernel is held to), ROWNORM_EXPERIMENT_STRIDED_GRID = k (a grid of k x the
-        // CTAs resident at once, each running tiles in turn)
-        const char* eb = std::getenv("ROWNORM_EXPERIMENT_STRIDED_MINB");
-        const char* eg = std::getenv("ROWNORM_EXPERIMENT_STRIDED_GRID");
-        const int minb = eb == nullptr ? 0 : std::atoi(eb);
-        const int gridk = eg == nullptr ? 0 : std::atoi(eg);
         const auto launch = [&](auto kernel) {
           int64_t grid = pack_tiles;
           if (gridk > 0) {
@@ -905,12 +914,13 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan
           return cudaGetLastError();
         };
         if (minb == 3) {
-          return launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes, 3>);
+          return warp ? launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes,
+                                                        3, true>)
+                      : launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes,
+                                                        3, false>);
         }
-        if (minb == 4) {
-          return launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes, 4>);
-        }
-        return launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes>);
+        return warp ? launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, true>)
+                    : launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, false>);
       }
       break;
     case StridedKind::kCached:

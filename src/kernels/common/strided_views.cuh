@@ -184,8 +184,17 @@ class StridedRow
 // (column i + J), and StridedPackKernel runs the op body once per lane, J a constant so that
 // the lane's element of every pack is a register. The outputs are gathered in packs and written
 // once all lanes have run (Flush): an op body stores each of its outputs once per row.
-template <class Args, int kTx, int kTy, int kCache, int kLanes>
+template <class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp = false>
 struct StridedTile {
+  // EXPERIMENT kWarp: each warp holds 4 column packs x 8 d-rows (lane = pack * 8 + d-row), its
+  // columns reduced by shuffles among 8 lanes, no barrier; else thread (tx, ty) holds pack tx.
+  static_assert(!kWarp || (kTx == 32 && kTy == 8), "the warp layout is of 32 x 8 threads");
+  static constexpr bool kWarpLayout = kWarp;
+  // This thread's first d-row and its column pack within the tile.
+  ROWNORM_DEVICE static int Dy() { return kWarp ? threadIdx.x % 8 : threadIdx.y; }
+  ROWNORM_DEVICE static int PackInTile() {
+    return kWarp ? threadIdx.y * 4 + threadIdx.x / 8 : threadIdx.x;
+  }
   using TIn = typename Args::InElem;
   using TOut = typename Args::OutElem;
   using Acc = AccType<TIn>;
@@ -225,7 +234,7 @@ struct StridedTile {
   ROWNORM_DEVICE void Flush() const {
 #pragma unroll
     for (int c = 0; c < kCache; ++c) {
-      const int64_t r = threadIdx.y + c * kTy;
+      const int64_t r = Dy() + c * kTy;
       if (at.valid && r < at.d) {
 #pragma unroll
         for (int j = 0; j < kOut; ++j) gathered[j][c].Store(at.out[j] + r * at.inner);
@@ -239,7 +248,7 @@ struct StridedTile {
   ROWNORM_DEVICE static void ForEachOwned(const StridedOperands<Args>& at, G g) {
 #pragma unroll
     for (int c = 0; c < kCache; ++c) {
-      const int64_t r = threadIdx.y + c * kTy;
+      const int64_t r = Dy() + c * kTy;
       if (at.valid && r < at.d) {
 #pragma unroll
         for (int k = 0; k < kIn; ++k) g(k, c, at.in[k] + r * at.inner);
@@ -265,13 +274,17 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   ROWNORM_DEVICE int64_t Size() const { return t_.at.d; }
   ROWNORM_DEVICE int64_t Index() const { return t_.at.index + J; }
   ROWNORM_DEVICE bool Valid() const { return t_.at.valid; }
-  ROWNORM_DEVICE bool Leader() const { return t_.at.valid && threadIdx.y == 0; }
+  ROWNORM_DEVICE bool Leader() const { return t_.at.valid && Tile::Dy() == 0; }
   ROWNORM_DEVICE Acc First() const { return ToAcc(t_.at.in[0][J]); }
 
   // Primitives of RowOps.
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
-    return StridedAllReduce(acc, op, t_.storage, t_.parity);
+    if constexpr (Tile::kWarpLayout) {
+      return WarpAllReduce<Tile::kTyRows>(acc, op);
+    } else {
+      return StridedAllReduce(acc, op, t_.storage, t_.parity);
+    }
   }
   template <int K, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {
@@ -292,7 +305,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
     Acc x[Tile::kIn];
 #pragma unroll
     for (int c = 0; c < Tile::kCacheRows; ++c) {
-      const int64_t r = threadIdx.y + c * Tile::kTyRows;
+      const int64_t r = Tile::Dy() + c * Tile::kTyRows;
       if (r < t_.at.d) {
 #pragma unroll
         for (int k = 0; k < Tile::kIn; ++k) x[k] = t_.cache[k][c].Get(J);

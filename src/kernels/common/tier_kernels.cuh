@@ -660,31 +660,33 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
       ...);
 }
 
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes>
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp>
 __device__ __forceinline__ void StridedPackTiles(const Args& args, const Op& op) {
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarp>;
   __shared__ StridedReduceStorage<kTx, kTy> storage;
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
     const int64_t o = t / tiles;
-    const int64_t i = (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
-    StridedTile<Args, kTx, kTy, kCache, kLanes> tile(storage, parity, args, o, i);
+    const int64_t i = (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
+    Tile tile(storage, parity, args, o, i);
     RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
     tile.Flush();
   }
 }
 
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes>
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp = false>
 __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
-  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes>(args, op);
+  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes, kWarp>(args, op);
 }
 
 // EXPERIMENT (removed before landing): held to kMinBlocks CTAs per SM.
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kMinBlocks>
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kMinBlocks,
+          bool kWarp>
 __global__ void __launch_bounds__(kTx* kTy, kMinBlocks)
     StridedPackKernelBounded(const Args args, const Op op) {
-  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes>(args, op);
+  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes, kWarp>(args, op);
 }
 
 // The packed strided path with later tiles in flight (ops of one input; plan.h's
@@ -693,16 +695,17 @@ __global__ void __launch_bounds__(kTx* kTy, kMinBlocks)
 // stores the current one. Loaded straight into registers, a CTA had nothing in flight from its
 // barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200 (channel
 // RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md §4).
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kStages>
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kStages,
+          bool kWarp = false>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes>;
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarp>;
   __shared__ StridedReduceStorage<kTx, kTy> storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const auto column = [&](int64_t t) {
-    return (t % tiles) * kTileCols + int64_t{threadIdx.x} * kLanes;
+    return (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
   };
   PipelineUnits<kStages>(
       blockIdx.x, gridDim.x, args.outer * tiles,
