@@ -86,3 +86,30 @@ def test_long_constant_columns(device, op_id):
             # against the float64 reference only: torch's own float32 sums of these columns
             # drift further (the CPU's l1 and l2 by 2e-5 to 5e-5)
             check_forward(op, inp, 1, what=f"{layout} N={n}", vs_torch=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op_id", STRIDED_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_strided_warp_layout(op_id, dtype):
+    """Packed columns of up to 32 elements split d among 1, 2 or 4 lanes of a warp (plan.h,
+    StridedWarpRows: the fewest that hold d in 8 packs each), reducing by shuffles; longer
+    ones among a CTA's 8 thread rows. Both sides of each edge (8 / 9, 16 / 17, 32 / 33), with a
+    tile of 8-32 packs per warp and 64-256 per CTA: inner = 272 is part of one tile, 2560 (fp32:
+    640 packs, 16-bit: 320) whole tiles and a partial one. Forward, backward, poisoned outputs."""
+    import rownorm
+
+    op = OPS[op_id]
+    for d in (1, 3, 8, 9, 16, 17, 24, 32, 33):
+        for inner in ((16, 17), (40, 64)):
+            x = torch.randn((2, d, *inner), dtype=dtype, device="cuda")
+            plan = rownorm.explain(x, op.name, dim=1)
+            rows = 1 if d <= 8 else 2 if d <= 16 else 4 if d <= 32 else None
+            assert (plan.kernel, plan.warp_rows) == ("packed", rows), (d, inner, plan.raw)
+            inp = op.inputs(x, 1)
+            what = f"d={d} inner={inner}"
+            check_forward(op, inp, 1, what=what)
+            check_backward(raw_case(op, x), inp, 1, what=what)
+            poison_blocks([(x.shape, x.dtype)] * 2, "cuda")
+            for o in op.call(inp, 1):
+                assert not torch.isnan(o).any(), f"{op} {what}: unwritten output elements"

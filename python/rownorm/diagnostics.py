@@ -29,6 +29,7 @@ _INT_KEYS = (
     "ctas_per_sm",
     "chunks",
     "chunk_rows",
+    "warp_rows",
 )
 
 
@@ -65,6 +66,9 @@ class Plan:
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
             memory).
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
+        warp_rows: strided path, packed kernel: the lanes of a warp that share a column's
+            d-rows (1, 2 or 4: columns of at most 8, 16, 32 elements), which reduce by
+            shuffles; None where a CTA's 8 thread rows share them (longer columns).
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
@@ -94,6 +98,7 @@ class Plan:
     stages: int | None = None
     ctas_per_sm: int | None = None
     kernel: str | None = None
+    warp_rows: int | None = None
     params: str | None = None
     param_grads: str | None = None
     chunks: int | None = None
@@ -121,6 +126,8 @@ def _describe(p: Plan) -> str:
             f"the strided-dim path, {p.kernel} kernel: CTAs of 32 x 8 threads, "
             f"{p.vec} adjacent columns per thread"
         )
+        if p.warp_rows:
+            text += f", {p.warp_rows} lane{'s' if p.warp_rows > 1 else ''} of a warp per column"
     elif p.tier == "group":
         text = f"group tier, {p.lanes_per_row} lanes per row ({p.threads}-thread CTAs), {packs}"
     elif p.tier == "cta":

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdlib>  // EXPERIMENT (removed before landing)
 #include <optional>
 #include <type_traits>
 
@@ -859,6 +858,48 @@ cudaError_t PlanStridedOnDevice(const Args& a, StridedPlan* plan) {
   return err;
 }
 
+// f(rows) (std::integral_constant<int, ·>) for the packed kernel's layout `warp_rows`
+// (StridedPlan::warp_rows; 0: the CTA layout).
+template <class F>
+cudaError_t WithStridedWarpRows(int warp_rows, F f) {
+  static_assert(kStridedMaxWarpRows == 4, "the layouts below are 0, 1, 2, 4");
+  switch (warp_rows) {
+    case 0: return f(std::integral_constant<int, 0>{});
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+  }
+  return cudaErrorInvalidConfiguration;  // a plan PlanStridedOp never makes
+}
+
+// The packed strided kernels of layout kWarpRows: tiles prefetched where the plan has stages
+// and a CTA fits, else loaded straight into registers, a CTA per tile.
+template <class Op, class Args, int kWarpRows>
+cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& plan,
+                                cudaStream_t stream) {
+  constexpr int kTx = kStridedTx;
+  constexpr int kTy = kStridedTy;
+  constexpr int kLanes = Args::kPackWidth;
+  using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes, kWarpRows>;
+  constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
+  const int64_t pack_tiles = a.outer * ((a.inner + kTileCols - 1) / kTileCols);
+  constexpr int kStages = StridedStages<Args>();
+  if (plan.stages != 0 && plan.stages != kStages) return cudaErrorInvalidConfiguration;
+  if constexpr (kStages > 0) {
+    if (plan.stages == kStages) {  // later tiles in flight
+      bool launched = false;
+      const cudaError_t err = LaunchPersistent<
+          StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows, kStages>,
+          kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream, &launched, a,
+                                                  op);
+      if (err != cudaSuccess || launched) return err;
+    }
+  }
+  StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows>
+      <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+  return cudaGetLastError();
+}
+
 // Runs `op` over dim d of contiguous (outer, d, inner) operands as `plan` says.
 template <class Op, class Args>
 cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan,
@@ -870,57 +911,9 @@ cudaError_t LaunchStridedOp(const Args& a, const Op& op, const StridedPlan& plan
   switch (plan.kernel) {
     case StridedKind::kPacked:
       if constexpr (!std::is_same_v<typename Args::InElem, double>) {
-        constexpr int kLanes = Args::kPackWidth;
-        const int64_t pack_tiles = a.outer * ((a.inner + kTx * kLanes - 1) / (kTx * kLanes));
-        constexpr int kStages = StridedStages<Args>();
-        if (plan.stages != 0 && plan.stages != kStages) return cudaErrorInvalidConfiguration;
-        // EXPERIMENT (removed before landing): ROWNORM_EXPERIMENT_STRIDED_WARP = 1 (the warp
-        // layout), _MINB = 3 (held to 3 CTAs per SM), _GRID = k (k x the resident CTAs,
-        // persistent), _STAGED = 0 (no prefetch kernel)
-        const auto env = [](const char* name) {
-          const char* e = std::getenv(name);
-          return e == nullptr ? -1 : std::atoi(e);
-        };
-        const bool warp = env("ROWNORM_EXPERIMENT_STRIDED_WARP") == 1;
-        const int minb = env("ROWNORM_EXPERIMENT_STRIDED_MINB");
-        const int gridk = env("ROWNORM_EXPERIMENT_STRIDED_GRID");
-        const bool staged = env("ROWNORM_EXPERIMENT_STRIDED_STAGED") != 0;
-        if constexpr (kStages > 0) {
-          if (plan.stages == kStages && staged) {  // later tiles in flight
-            using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes>;
-            bool launched = false;
-            const cudaError_t err =
-                warp ? LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache,
-                                                              kLanes, kStages, true>,
-                                        kStages * sizeof(typename Tile::Stage)>(
-                           pack_tiles, dim3(kTx, kTy), stream, &launched, a, op)
-                     : LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache,
-                                                              kLanes, kStages, false>,
-                                        kStages * sizeof(typename Tile::Stage)>(
-                           pack_tiles, dim3(kTx, kTy), stream, &launched, a, op);
-            if (err != cudaSuccess || launched) return err;
-          }
-        }
-        const auto launch = [&](auto kernel) {
-          int64_t grid = pack_tiles;
-          if (gridk > 0) {
-            int per_sm = 0, sms = 0, dev = 0;
-            (void)cudaGetDevice(&dev);
-            (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTx * kTy, 0);
-            (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            grid = std::min<int64_t>(grid, int64_t{gridk} * per_sm * sms);
-          }
-          kernel<<<GridFor(grid), dim3(kTx, kTy), 0, stream>>>(a, op);
-          return cudaGetLastError();
-        };
-        if (minb == 3) {
-          return warp ? launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes,
-                                                        3, true>)
-                      : launch(StridedPackKernelBounded<Op, Args, kTx, kTy, kStridedCache, kLanes,
-                                                        3, false>);
-        }
-        return warp ? launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, true>)
-                    : launch(StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, false>);
+        return WithStridedWarpRows(plan.warp_rows, [&](auto rows) {
+          return LaunchStridedPacked<Op, Args, decltype(rows)::value>(a, op, plan, stream);
+        });
       }
       break;
     case StridedKind::kCached:

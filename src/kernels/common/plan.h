@@ -469,6 +469,16 @@ bool FusedOperandsAligned(const Args& a) {
 // Packed tiles of one-input ops (the forwards) are prefetched where that measured faster: a
 // persistent CTA keeps its next kStridedStages tiles in flight into shared memory (2 x 32 KB)
 // while it reduces the current one.
+// Packed columns of at most 32 elements split d among the lanes of a warp, not the thread rows
+// of the CTA (StridedTile's warp layout): kWarpRows = 1, 2 or 4 lanes a column, the fewest
+// that hold d in kStridedCache packs each. A column's lanes then reduce by shuffles (one lane:
+// not at all) where the CTA layout waits at a barrier per reduction and lane of a pack, and a
+// warp's load of a d-row covers 8-32 contiguous packs. H100, forward time against the CTA
+// layout (benchmarks/results/h100/NOTES.md §39): fp32 rms_norm d = 16 / 24 / 32 0.75x / 0.79x /
+// 0.85x, bf16 d = 16 / 32 0.76x / 0.83x, bf16 l2_normalize d = 3 0.69x (all with 8 lanes a
+// column). With 8 lanes at d = 64 the one-reduction 16-bit forwards took 1.21-1.31x (a warp's
+// d-row load 64 bytes; softmax and layer_norm gained 0.71-0.88x): d past 32 keeps the CTA
+// layout.
 enum class StridedKind { kPacked, kCached, kStreamed };
 
 constexpr int kStridedTx = 32;
@@ -490,11 +500,22 @@ constexpr int StridedStages() {
 // 0.87x / 0.85x; benchmarks/results/h200/NOTES.md §4, h100/NOTES.md §34).
 constexpr float kStridedPrefetch4ByteGbpsPerSm = 30.0f;
 
+constexpr int kStridedMaxWarpRows = 4;
+
 struct StridedPlan {
   StridedKind kernel = StridedKind::kStreamed;
-  int lanes = 1;   // adjacent columns per thread (a pack with kPacked)
-  int stages = 0;  // tiles in flight ahead of the current one (kPacked)
+  int lanes = 1;      // adjacent columns per thread (a pack with kPacked)
+  int stages = 0;     // tiles in flight ahead of the current one (kPacked)
+  int warp_rows = 0;  // kPacked: lanes of a warp per column (0: the CTA layout)
 };
+
+// The warp layout's lanes per column for columns of `d` elements (0: the CTA layout).
+constexpr int StridedWarpRows(int64_t d) {
+  for (int rows = 1; rows <= kStridedMaxWarpRows; rows *= 2) {
+    if (d <= int64_t{rows} * kStridedCache) return rows;
+  }
+  return 0;
+}
 
 // The plan of `a` on a device of `dram_gbps_per_sm` GB/s of DRAM bandwidth per SM (0: not
 // known, as on a GPU whose driver does not report it).
@@ -517,7 +538,7 @@ StridedPlan PlanStridedOp(const Args& a, float dram_gbps_per_sm) {
   if (!packs) return {StridedKind::kCached, 1};
   const bool staged =
       sizeof(typename Args::InElem) < 4 || dram_gbps_per_sm >= kStridedPrefetch4ByteGbpsPerSm;
-  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0};
+  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, StridedWarpRows(a.d)};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -563,6 +584,7 @@ inline std::string Describe(const StridedPlan& p) {
   std::string s = std::string("path=strided kernel=") + kernel + " vec=" + std::to_string(p.lanes) +
                   " threads=" + std::to_string(kStridedTx * kStridedTy);
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
+  if (p.warp_rows > 0) s += " warp_rows=" + std::to_string(p.warp_rows);
   return s;
 }
 

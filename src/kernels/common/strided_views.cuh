@@ -6,10 +6,13 @@
 //   StridedRow              thread (tx, ty) owns column i = tile + tx and elements d = ty,
 //                           ty + kTy, ...; with kCache > 0 it keeps those (at most kCache) in
 //                           registers, else it streams them.
-//   StridedTile/StridedLane thread (tx, ty) owns kLanes adjacent columns, read and written as
+//   StridedTile/StridedLane a thread owns kLanes adjacent columns, read and written as
 //                           packs (inner a multiple of kLanes, every operand pack-aligned,
-//                           checked on the host); the op body runs once per lane.
-// The kTy partials of a column are combined through shared memory (StridedAllReduce).
+//                           checked on the host); the op body runs once per lane. The CTA
+//                           layout splits d among a CTA's kTy thread rows, the warp layout
+//                           among 1-8 lanes of a warp (see StridedTile).
+// The kTy partials of a column are combined through shared memory (StridedAllReduce), in the
+// warp layout by shuffles.
 #pragma once
 
 #include <cstdint>
@@ -178,28 +181,43 @@ class StridedRow
   TIn cache_[kIn][kCache > 0 ? kCache : 1];
 };
 
-// The packed strided path: thread (tx, ty) owns kLanes adjacent columns i..i+kLanes-1 and
-// elements d = ty, ty + kTy, ... (at most kCache of them), read and written as packs. A
-// StridedTile holds those packs; StridedLane<Tile, J> is the row interface of its lane J
+// The packed strided path: a thread owns kLanes adjacent columns i..i+kLanes-1 and at most
+// kCache of their d-rows, read and written as packs, in one of two layouts:
+// - the CTA layout (kWarpRows = 0): thread (tx, ty) owns pack tx of the tile and d-rows ty,
+//   ty + kTy, ...; a column's kTy partials meet in shared memory (a barrier per reduction);
+// - the warp layout (kWarpRows = 1, 2, 4 or 8 lanes per column, plan.h's PlanStridedOp): a
+//   warp holds 32 / kWarpRows packs, lane l owning pack l / kWarpRows and d-rows
+//   l % kWarpRows, + kWarpRows, ...; a column's partials meet by shuffles (none with one
+//   lane), so no warp waits for another, and a warp's load of a d-row covers
+//   32 / kWarpRows contiguous packs.
+// A StridedTile holds those packs; StridedLane<Tile, J> is the row interface of its lane J
 // (column i + J), and StridedPackKernel runs the op body once per lane, J a constant so that
 // the lane's element of every pack is a register. The outputs are gathered in packs and written
 // once all lanes have run (Flush): an op body stores each of its outputs once per row.
-template <class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp = false>
+template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0>
 struct StridedTile {
-  // EXPERIMENT kWarp: each warp holds 4 column packs x 8 d-rows (lane = pack * 8 + d-row), its
-  // columns reduced by shuffles among 8 lanes, no barrier; else thread (tx, ty) holds pack tx.
-  static_assert(!kWarp || (kTx == 32 && kTy == 8), "the warp layout is of 32 x 8 threads");
-  static constexpr bool kWarpLayout = kWarp;
-  // This thread's first d-row and its column pack within the tile.
-  ROWNORM_DEVICE static int Dy() { return kWarp ? threadIdx.x % 8 : threadIdx.y; }
+  static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpSize % kWarpRows == 0),
+                "the warp layout splits each warp (a thread row) into groups of kWarpRows lanes");
+  // Lanes of a column pack's d-rows, and the stride between a thread's d-rows.
+  static constexpr int kColumnThreads = kWarpRows == 0 ? kTy : kWarpRows;
+  // Packs of columns per CTA.
+  static constexpr int kTilePacks = kTx * kTy / kColumnThreads;
+  // This thread's first d-row and its column pack within the tile: thread (tx, ty) owns pack
+  // tx, d-rows ty, ty + kTy, ...; in the warp layout lane l of warp w owns pack
+  // w * (32 / kWarpRows) + l / kWarpRows, d-rows l % kWarpRows + c * kWarpRows.
+  ROWNORM_DEVICE static int Dy() {
+    return kWarpRows == 0 ? static_cast<int>(threadIdx.y) : threadIdx.x % kColumnThreads;
+  }
   ROWNORM_DEVICE static int PackInTile() {
-    return kWarp ? threadIdx.y * 4 + threadIdx.x / 8 : threadIdx.x;
+    return kWarpRows == 0
+               ? static_cast<int>(threadIdx.x)
+               : threadIdx.y * (kWarpSize / kColumnThreads) + threadIdx.x / kColumnThreads;
   }
   using TIn = typename Args::InElem;
   using TOut = typename Args::OutElem;
   using Acc = AccType<TIn>;
-  static constexpr int kTyRows = kTy;
   static constexpr int kCacheRows = kCache;
+  static constexpr bool kWarpLayout = kWarpRows > 0;
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
 
@@ -234,7 +252,7 @@ struct StridedTile {
   ROWNORM_DEVICE void Flush() const {
 #pragma unroll
     for (int c = 0; c < kCache; ++c) {
-      const int64_t r = Dy() + c * kTy;
+      const int64_t r = Dy() + c * kColumnThreads;
       if (at.valid && r < at.d) {
 #pragma unroll
         for (int j = 0; j < kOut; ++j) gathered[j][c].Store(at.out[j] + r * at.inner);
@@ -248,7 +266,7 @@ struct StridedTile {
   ROWNORM_DEVICE static void ForEachOwned(const StridedOperands<Args>& at, G g) {
 #pragma unroll
     for (int c = 0; c < kCache; ++c) {
-      const int64_t r = Dy() + c * kTy;
+      const int64_t r = Dy() + c * kColumnThreads;
       if (at.valid && r < at.d) {
 #pragma unroll
         for (int k = 0; k < kIn; ++k) g(k, c, at.in[k] + r * at.inner);
@@ -280,8 +298,8 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   // Primitives of RowOps.
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V acc, Op op) {
-    if constexpr (Tile::kWarpLayout) {
-      return WarpAllReduce<Tile::kTyRows>(acc, op);
+    if constexpr (Tile::kWarpLayout) {  // the column's lanes: shuffles, no barrier
+      return WarpAllReduce<Tile::kColumnThreads>(acc, op);
     } else {
       return StridedAllReduce(acc, op, t_.storage, t_.parity);
     }
@@ -305,7 +323,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
     Acc x[Tile::kIn];
 #pragma unroll
     for (int c = 0; c < Tile::kCacheRows; ++c) {
-      const int64_t r = Tile::Dy() + c * Tile::kTyRows;
+      const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
       if (r < t_.at.d) {
 #pragma unroll
         for (int k = 0; k < Tile::kIn; ++k) x[k] = t_.cache[k][c].Get(J);

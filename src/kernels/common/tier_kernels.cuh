@@ -13,7 +13,8 @@
 //                       (persistent) its next rows in shared memory; the slice one (longer
 //                       rows: wide CTA, clusters; persistent) its sums in shared memory.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
-//   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D;
+//   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D
+//                       (the CTA layout) or 1-8 lanes of a warp (the warp layout);
 //   StridedPrefetchKernel  the packed one with later tiles in flight into shared memory.
 //
 // Every row loop is uniform across the threads that reduce together (the warp for groups, the
@@ -660,12 +661,12 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
       ...);
 }
 
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp>
-__device__ __forceinline__ void StridedPackTiles(const Args& args, const Op& op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarp>;
-  __shared__ StridedReduceStorage<kTx, kTy> storage;
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows>
+__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
+  __shared__ StridedReduceStorage<kTx, kTy> storage;  // the CTA layout's
   int parity = 0;
-  constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
+  constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
     const int64_t o = t / tiles;
@@ -676,33 +677,20 @@ __device__ __forceinline__ void StridedPackTiles(const Args& args, const Op& op)
   }
 }
 
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, bool kWarp = false>
-__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
-  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes, kWarp>(args, op);
-}
-
-// EXPERIMENT (removed before landing): held to kMinBlocks CTAs per SM.
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kMinBlocks,
-          bool kWarp>
-__global__ void __launch_bounds__(kTx* kTy, kMinBlocks)
-    StridedPackKernelBounded(const Args args, const Op op) {
-  StridedPackTiles<Op, Args, kTx, kTy, kCache, kLanes, kWarp>(args, op);
-}
-
 // The packed strided path with later tiles in flight (ops of one input; plan.h's
 // PlanStridedOp): a persistent CTA runs tiles blockIdx.x, + gridDim.x, ... and keeps the
 // packs of its next kStages tiles in flight into shared memory (cp.async) while it reduces and
 // stores the current one. Loaded straight into registers, a CTA had nothing in flight from its
 // barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200 (channel
 // RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md §4).
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kStages,
-          bool kWarp = false>
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
+          int kStages>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarp>;
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
   __shared__ StridedReduceStorage<kTx, kTy> storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   int parity = 0;
-  constexpr int64_t kTileCols = int64_t{kTx} * kLanes;
+  constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const auto column = [&](int64_t t) {
     return (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
@@ -713,7 +701,7 @@ __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args 
       [&](int64_t t, int s, auto refill) {
         Tile tile(storage, parity, args, t / tiles, column(t), stages[s]);
         RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
-        refill();  // the lanes' reductions used every staged pack before their barriers
+        refill();  // the lanes' reductions used every staged pack (each thread its own)
         tile.Flush();
       });
 }
