@@ -56,7 +56,27 @@ def cases(ops: tuple[str, ...] = OPS, ns: tuple[int, ...] | None = None) -> list
     return out
 
 
-def worker(iters: int, ops: tuple[str, ...], ns: tuple[int, ...] | None, samples: int = 3) -> None:
+def strided_cases(ops: tuple[str, ...]) -> list[dict]:
+    """Channel dims of NCHW (the strided-dim path's packed kernel): d = 3, 16, 32 (the warp
+    layout's 1, 2 and 4 lanes a column) and 64 (the CTA layout), 2^26 elements."""
+    out = []
+    for op in ops:
+        for dtype in ("bfloat16", "float32"):
+            for d in (3, 16, 32, 64):
+                out.append(
+                    {
+                        "op": op,
+                        "dtype": dtype,
+                        "shape": [(1 << 26) // (d << 16), d, 256, 256],
+                        "dim": 1,
+                    }
+                )
+    return out
+
+
+def worker(
+    iters: int, ops: tuple[str, ...], ns: tuple[int, ...] | None, strided: bool, samples: int = 3
+) -> None:
     import rownorm
     import torch
 
@@ -117,7 +137,7 @@ def worker(iters: int, ops: tuple[str, ...], ns: tuple[int, ...] | None, samples
         return statistics.median(times)
 
     results = {}
-    for case in cases(ops, ns):
+    for case in cases(ops, ns) + (strided_cases(ops) if strided else []):
         for backward in (False, True):
             key = json.dumps([case, backward])
             results[key] = run(case, backward)
@@ -172,12 +192,15 @@ def main() -> None:
     parser.add_argument(
         "--ns", default=None, help="comma list of row lengths, both dtypes (default: ROW_NS)"
     )
+    parser.add_argument(
+        "--strided", action="store_true", help="add the channel dims d = 3-64 (strided_cases)"
+    )
     parser.add_argument("--out", default=None, help="markdown report path")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         ns = None if args.ns is None else tuple(int(n) for n in args.ns.split(","))
-        worker(args.iters, tuple(args.ops.split(",")), ns)
+        worker(args.iters, tuple(args.ops.split(",")), ns, args.strided)
         return
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for rep in range(args.reps):
@@ -192,6 +215,7 @@ def main() -> None:
                 "--ops",
                 args.ops,
                 *([] if args.ns is None else ["--ns", args.ns]),
+                *(["--strided"] if args.strided else []),
                 "--a",
                 "",
                 "--b",
