@@ -196,7 +196,8 @@ class StridedRow
 // once all lanes have run (Flush): an op body stores each of its outputs once per row.
 template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0>
 struct StridedTile {
-  static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpSize % kWarpRows == 0),
+  static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpRows <= kWarpSize &&
+                                   (kWarpRows & (kWarpRows - 1)) == 0),
                 "the warp layout splits each warp (a thread row) into groups of kWarpRows lanes");
   // Lanes of a column pack's d-rows, and the stride between a thread's d-rows.
   static constexpr int kColumnThreads = kWarpRows == 0 ? kTy : kWarpRows;
@@ -205,12 +206,14 @@ struct StridedTile {
   // This thread's first d-row and its column pack within the tile: thread (tx, ty) owns pack
   // tx, d-rows ty, ty + kTy, ...; in the warp layout lane l of warp w owns pack
   // w * (32 / kWarpRows) + l / kWarpRows, d-rows l % kWarpRows + c * kWarpRows.
-  ROWNORM_DEVICE static int Dy() {
-    return kWarpRows == 0 ? static_cast<int>(threadIdx.y) : threadIdx.x % kColumnThreads;
+  // Unsigned, as threadIdx: the CTA layout's index arithmetic as it was written before the warp
+  // layout (its PTX is the same up to register names).
+  ROWNORM_DEVICE static unsigned Dy() {
+    return kWarpRows == 0 ? threadIdx.y : threadIdx.x % kColumnThreads;
   }
-  ROWNORM_DEVICE static int PackInTile() {
+  ROWNORM_DEVICE static unsigned PackInTile() {
     return kWarpRows == 0
-               ? static_cast<int>(threadIdx.x)
+               ? threadIdx.x
                : threadIdx.y * (kWarpSize / kColumnThreads) + threadIdx.x / kColumnThreads;
   }
   using TIn = typename Args::InElem;
