@@ -20,6 +20,7 @@ import torch
 from utils import (
     DIM_CASES,
     DTYPES,
+    HAS_CUDA,
     OPS,
     check_backward,
     check_forward,
@@ -89,6 +90,7 @@ def test_long_constant_columns(device, op_id):
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("op_id", STRIDED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_strided_warp_layout(op_id, dtype):
