@@ -206,8 +206,8 @@ struct StridedTile {
   // This thread's first d-row and its column pack within the tile: thread (tx, ty) owns pack
   // tx, d-rows ty, ty + kTy, ...; in the warp layout lane l of warp w owns pack
   // w * (32 / kWarpRows) + l / kWarpRows, d-rows l % kWarpRows + c * kWarpRows.
-  // Unsigned, as threadIdx: the CTA layout's index arithmetic as it was written before the warp
-  // layout (its PTX is the same up to register names).
+  // Unsigned, as threadIdx: computed as signed ints, the CTA layout's d = 64 backwards with a
+  // weight took 1.05-1.09x the time (benchmarks/results/h100/NOTES.md §39).
   ROWNORM_DEVICE static unsigned Dy() {
     return kWarpRows == 0 ? threadIdx.y : threadIdx.x % kColumnThreads;
   }
