@@ -54,7 +54,8 @@ class PerDevice {
 // What planning reads of a device: 8 bytes, so that PerDevice's std::atomic of it is lock-free
 // (no libatomic to link).
 struct DeviceInfo {
-  int cc_major = 0;            // the cluster tier needs sm_90+
+  int16_t cc_major = 0;        // the cluster tier needs sm_90+
+  int16_t sms = 0;             // streaming multiprocessors
   float dram_gbps_per_sm = 0;  // peak DRAM bandwidth / SMs (GB/s); 0 where not reported
 };
 static_assert(sizeof(DeviceInfo) == 8, "PerDevice<DeviceInfo> holds it in a lock-free atomic");
@@ -80,9 +81,14 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   const cudaError_t err = cudaGetDevice(device);
   if (err != cudaSuccess) return err;
   return cache.Get(*device, info, [](int d, DeviceInfo* out) {
-    const cudaError_t e =
-        cudaDeviceGetAttribute(&out->cc_major, cudaDevAttrComputeCapabilityMajor, d);
-    if (e == cudaSuccess) out->dram_gbps_per_sm = DramGbpsPerSm(d);
+    int cc_major = 0, sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, d);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
+    if (e == cudaSuccess) {
+      out->cc_major = static_cast<int16_t>(cc_major);
+      out->sms = static_cast<int16_t>(std::min(sms, 32767));
+      out->dram_gbps_per_sm = DramGbpsPerSm(d);
+    }
     return e;
   });
 }
@@ -148,9 +154,9 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
 //   kParams     ClusterParamRowKernel: forwards with per-column parameters on aligned rows, a
 //               persistent grid of register rows whose parameters are read once per CTA.
 // PlanRowOp picks, per device, the one it holds the most clusters of at once (the GPU's
-// properties, not the row count): ties go to kParams (it reads the fewest bytes; against
-// kRegisters only on GPUs of kKeptParamsGbpsPerSm, or on 16-CTA clusters), then to kRegisters
-// (measured against kShared: benchmarks/results/h100/NOTES.md §27).
+// properties, not the row count): ties go to kParams (it reads the fewest bytes), then to
+// kRegisters (measured against kShared: benchmarks/results/h100/NOTES.md §27); but kRegisters
+// wherever its rows keep the SM's DRAM busy (plan.h's ClusterParamsPerRow).
 constexpr int kBulkStages = 2;
 constexpr size_t kMaxClusterSmem = 200 * 1024;
 template <class Op, class Args, int kThreads, ClusterKind kKind, int kVecs = kClusterVecs>
@@ -320,21 +326,16 @@ constexpr bool WideTwoPerSmExists() {
          kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
 }
 
-// Forwards with per-column parameters read them once per CTA (a persistent grid: CtaParamRowKernel,
-// ClusterParamRowKernel) or in every row (CtaRowKernel, ClusterRowKernel), by the GPU's DRAM
-// bandwidth per SM. On GPUs of at least kKeptParamsGbpsPerSm the kept copy runs wherever the
-// device holds as many CTAs (clusters) of it as of the other kernels; below (the H100, 25.4 GB/s
-// per SM) the H100's L2 serves the per-row reads without holding the row back, and the
-// persistent loop costs more, so there it runs only where it holds more of them, or on
-// 16-CTA clusters. Measured (forward, time of the kept copy ÷ the per-row kernel):
-//  - the wide CTA (512 threads x 8 packs, one CTA per SM): H200 (~37 GB/s per SM) 0.89×
-//    (rms_norm bf16) to 0.92× (layer_norm fp32), H100 1.05-1.11× (benchmarks/results/h200/
-//    NOTES.md §12, h100/NOTES.md §31). Where an SM holds several CTAs (128-512 threads x 4
-//    packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×:
-//    only the wide CTA of ops of one input has it (CtaParamsExist).
-//  - clusters: H200 0.83-0.97× (h100/NOTES.md §28); H100 on 4- and 8-CTA clusters 1.02-1.07×
-//    (rms_norm, add_rms_norm; layer_norm fp32), on 16 CTAs 0.73-0.97× (§40).
-constexpr float kKeptParamsGbpsPerSm = 30.0f;
+// The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
+// threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
+// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
+// GPUs of at least kWideCtaParamsGbpsPerSm of DRAM bandwidth per SM. Measured
+// (benchmarks/results/h200/NOTES.md §12, h100/NOTES.md §31): on the H200 (~37 GB/s per SM) the
+// wide CTA's forwards took 0.89× (rms_norm bf16) to 0.92× (layer_norm fp32) the time, on the
+// H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
+// back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
+// 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
+constexpr float kWideCtaParamsGbpsPerSm = 30.0f;
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t CtaParamSmem() {
   return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
@@ -401,14 +402,14 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Ties between kept parameters and register rows: kKeptParamsGbpsPerSm.
-      const bool keep_on_ties =
-          plan->cluster == kMaxCluster || dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm;
-      const bool keep =
-          params >= shared && (keep_on_ties ? params >= registers : params > registers);
-      if (params > 0 && (forced.has_value() || keep)) {
+      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow.
+      const bool per_row =
+          params > 0 && ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn,
+                                            registers, dev.sms, dev.dram_gbps_per_sm);
+      if (params > 0 &&
+          (forced.has_value() || (!per_row && params >= registers && params >= shared))) {
         plan->params_once = true;
-      } else if (shared > 0 && (forced.has_value() || shared > registers)) {
+      } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {
         plan->stages = kBulkStages;
       } else if (registers == 0) {
         *plan = StreamingPlan(plan->vec);
@@ -429,7 +430,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         plan->two_per_sm = two > plain;
         const std::optional<ClusterKind> forced = ForcedClusterKind();
         const bool asked = forced == ClusterKind::kParams ||
-                           (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
+                           (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
         if (asked && kept > 0 && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
             (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
           plan->params_once = true;
