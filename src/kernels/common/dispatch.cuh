@@ -329,13 +329,12 @@ constexpr bool WideTwoPerSmExists() {
 // The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
 // threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
 // fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
-// GPUs of at least kWideCtaParamsGbpsPerSm of DRAM bandwidth per SM. Measured
+// GPUs of at least kKeptParamsGbpsPerSm (plan.h) of DRAM bandwidth per SM. Measured
 // (benchmarks/results/h200/NOTES.md §12, h100/NOTES.md §31): on the H200 (~37 GB/s per SM) the
 // wide CTA's forwards took 0.89× (rms_norm bf16) to 0.92× (layer_norm fp32) the time, on the
 // H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
 // back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
 // 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
-constexpr float kWideCtaParamsGbpsPerSm = 30.0f;
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr size_t CtaParamSmem() {
   return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
@@ -430,7 +429,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         plan->two_per_sm = two > plain;
         const std::optional<ClusterKind> forced = ForcedClusterKind();
         const bool asked = forced == ClusterKind::kParams ||
-                           (!forced.has_value() && dev.dram_gbps_per_sm >= kWideCtaParamsGbpsPerSm);
+                           (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
         if (asked && kept > 0 && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
             (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
           plan->params_once = true;

@@ -115,27 +115,34 @@ constexpr int kStreamingThreads = 512;
 
 inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kStreamingThreads}; }
 
+// GPUs of at least kKeptParamsGbpsPerSm of DRAM bandwidth per SM (the H200, ~37 GB/s; the
+// H100: 25.4) run the forwards with per-column parameters on the kernels that read those once
+// per CTA wherever these fit (the wide CTA: dispatch.cuh's CtaParamsExist; the clusters:
+// ClusterParamsPerRow): their L2 does not serve the parameters' reads in every row without
+// holding the row back. Below it, reading them in every row is what runs where the kernel
+// keeps enough of the row in flight.
+constexpr float kKeptParamsGbpsPerSm = 30.0f;
+
 // Whether the cluster tier's forwards with per-column parameters read them in every row (the
 // register kernel, a cluster per row: ClusterRowKernel) rather than once per CTA (a persistent
 // grid: ClusterParamRowKernel) on a device of `sms` SMs and `dram_gbps_per_sm` GB/s of DRAM
-// bandwidth per SM, where the register kernel holds `register_clusters` clusters at once: where
-// those clusters' rows (`inputs` operands of `threads` x `packs` packs a CTA) keep at least
-// kPerRowInFlightUs of the SM's DRAM bandwidth in flight, on clusters of fewer than 16 CTAs.
-// There the L2 serves the parameters' reads in every row without holding the row back, and the
-// persistent loop costs more; with fewer rows in flight (more bandwidth per SM, or a kernel
-// held to fewer CTAs by its registers) the kept copy's extra CTAs count more than its loop.
-// Measured (benchmarks/results/h100/NOTES.md §40; forward, time of the per-row kernel ÷ the
-// kept copy, two calls): H100 (25.4 GB/s per SM), about 3 CTAs of 256 x 8 packs an SM (3.6 µs
-// in flight): rms_norm bf16 65536 / 131072 0.94-0.96, fp32 32768 / 65536 0.955-0.965,
-// layer_norm fp32 0.97-0.98, add_rms_norm 0.97-1.01; 2 CTAs an SM (layer_norm bf16, 2.4 µs)
-// 1.20-1.30; 16-CTA clusters 1.03-1.39 (a 16-CTA cluster per row costs more to schedule).
-// H200 (~37 GB/s per SM, 3 CTAs: 2.5 µs): the kept copy took 0.83-0.97x the per-row kernel's
-// time at every length but one, 1.003 (§28). Where the device does not report its bandwidth:
-// kept.
+// bandwidth per SM, where the register kernel holds `register_clusters` clusters at once: on
+// GPUs below kKeptParamsGbpsPerSm, on clusters of fewer than 16 CTAs, where those clusters'
+// rows (`inputs` operands of `threads` x `packs` packs a CTA) keep at least kPerRowInFlightUs
+// of the SM's DRAM bandwidth in flight. There the persistent loop costs more than the
+// parameters' reads; with fewer rows in flight (a register kernel held to fewer CTAs by its
+// registers) the kept copy's extra CTAs count more. Measured (benchmarks/results/h100/NOTES.md
+// §40; forward, the per-row kernel's time ÷ the kept copy's, two calls): H100, about 3 CTAs
+// of 256 x 8 packs an SM (3.6 µs in flight): rms_norm bf16 65536 / 131072 0.94-0.96, fp32
+// 32768 / 65536 0.955-0.965, layer_norm fp32 0.97-0.98, add_rms_norm 0.97-1.01; 2 CTAs an SM
+// (layer_norm bf16, 2.4 µs) 1.20-1.30; 16-CTA clusters 1.03-1.39 (a 16-CTA cluster per row
+// costs more to schedule). H200: the kept copy took 0.83-0.97x the per-row kernel's time at
+// every length measured but one, 1.003 (§28).
 constexpr double kPerRowInFlightUs = 3.0;
 inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
                                 int register_clusters, int sms, float dram_gbps_per_sm) {
-  if (cluster >= kMaxCluster || register_clusters <= 0 || sms <= 0 || dram_gbps_per_sm <= 0) {
+  if (cluster >= kMaxCluster || dram_gbps_per_sm <= 0 || dram_gbps_per_sm >= kKeptParamsGbpsPerSm ||
+      register_clusters <= 0 || sms <= 0) {
     return false;
   }
   const double bytes_per_sm = static_cast<double>(register_clusters) * cluster * threads * packs *
