@@ -147,7 +147,8 @@ def test_cluster_kernels_agree(dtype, monkeypatch):
     """The cluster tier has three kernels (dispatch.cuh): rows in registers, a cluster per row;
     rows in shared memory by bulk copies (``stages=2``); rows in registers with the parameters
     read once per CTA (``params=once``: forwards with a weight, aligned rows). PlanRowOp picks
-    the one the device holds most of; ROWNORM_CLUSTER_ROWS forces one where it exists. All visit
+    the one the device holds most of (or, for those forwards, plan.h's ClusterParamsPerRow);
+    ROWNORM_CLUSTER_ROWS forces one where it exists. All visit
     a thread's packs and reduce in the same order: every output and gradient is bitwise the
     same, on rows aligned and odd (head and tail scalars; no kept parameters there)."""
     import rownorm
