@@ -49,12 +49,6 @@ struct LayerNormFwdOp {
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
   // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
   static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
-  // Register rows of 16 bits on clusters of < 16 CTAs: three CTAs per SM (op_traits.h), where
-  // ptxas alone took 92 registers (two per SM) and the H100 then ran the rows with the
-  // parameters kept per CTA instead (plan.h's ClusterParamsPerRow).
-  static constexpr int ClusterCtasPerSm(int cluster) {
-    return sizeof(T) == 2 && cluster < 16 ? 3 : 0;
-  }
 
   ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
     return {{weight, bias}, {1.0f, 0.0f}};
