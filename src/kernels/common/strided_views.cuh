@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/args.h"
 #include "kernels/common/pack.cuh"
@@ -30,6 +31,8 @@ template <int kTx, int kTy>
 struct StridedReduceStorage {
   alignas(16) unsigned char bytes[2][kTy][kTx][kReduceSlotBytes];
 };
+// The warp layout's (below): its columns reduce by shuffles, in no shared memory.
+struct NoStridedStorage {};
 
 // All-reduce of thread (tx, ty)'s value over ty, returned to the kTy threads of column tx.
 // `parity` selects the double-buffered storage (one __syncthreads per call, as BlockAllReduce);
@@ -221,6 +224,9 @@ struct StridedTile {
   using Acc = AccType<TIn>;
   static constexpr int kCacheRows = kCache;
   static constexpr bool kWarpLayout = kWarpRows > 0;
+  // The shared memory of a column's all-reduce, one per kernel (with the parity that
+  // double-buffers it): the CTA layout's; none in the warp layout.
+  using Storage = std::conditional_t<kWarpLayout, NoStridedStorage, StridedReduceStorage<kTx, kTy>>;
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
 
@@ -230,15 +236,14 @@ struct StridedTile {
     Pack<TIn, kLanes> packs[kIn][kCache][kTx * kTy];
   };
 
-  ROWNORM_DEVICE StridedTile(StridedReduceStorage<kTx, kTy>& s, int& par, const Args& a, int64_t o,
-                             int64_t i)
+  ROWNORM_DEVICE StridedTile(Storage& s, int& par, const Args& a, int64_t o, int64_t i)
       : storage(s), parity(par), at(a, o, i) {
     ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
   }
 
   // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
-  ROWNORM_DEVICE StridedTile(StridedReduceStorage<kTx, kTy>& s, int& par, const Args& a, int64_t o,
-                             int64_t i, const Stage& stage)
+  ROWNORM_DEVICE StridedTile(Storage& s, int& par, const Args& a, int64_t o, int64_t i,
+                             const Stage& stage)
       : storage(s), parity(par), at(a, o, i) {
     const int t = threadIdx.y * kTx + threadIdx.x;
     ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
@@ -277,7 +282,7 @@ struct StridedTile {
     }
   }
 
-  StridedReduceStorage<kTx, kTy>& storage;
+  Storage& storage;
   int& parity;
   StridedOperands<Args> at;  // of lane 0
   Pack<TIn, kLanes> cache[kIn][kCache];

@@ -664,7 +664,7 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows>
 __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
-  __shared__ StridedReduceStorage<kTx, kTy> storage;  // the CTA layout's
+  __shared__ typename Tile::Storage storage;
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
@@ -687,7 +687,7 @@ template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kW
           int kStages>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
-  __shared__ StridedReduceStorage<kTx, kTy> storage;
+  __shared__ typename Tile::Storage storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
