@@ -10,7 +10,7 @@
 //                           packs (inner a multiple of kLanes, every operand pack-aligned,
 //                           checked on the host); the op body runs once per lane. The CTA
 //                           layout splits d among a CTA's kTy thread rows, the warp layout
-//                           among 1-8 lanes of a warp (see StridedTile).
+//                           among 1, 2 or 4 lanes of a warp (see StridedTile).
 // The kTy partials of a column are combined through shared memory (StridedAllReduce), in the
 // warp layout by shuffles.
 #pragma once
@@ -188,7 +188,7 @@ class StridedRow
 // kCache of their d-rows, read and written as packs, in one of two layouts:
 // - the CTA layout (kWarpRows = 0): thread (tx, ty) owns pack tx of the tile and d-rows ty,
 //   ty + kTy, ...; a column's kTy partials meet in shared memory (a barrier per reduction);
-// - the warp layout (kWarpRows = 1, 2, 4 or 8 lanes per column, plan.h's PlanStridedOp): a
+// - the warp layout (kWarpRows = 1, 2 or 4 lanes per column, plan.h's StridedWarpRows): a
 //   warp holds 32 / kWarpRows packs, lane l owning pack l / kWarpRows and d-rows
 //   l % kWarpRows, + kWarpRows, ...; a column's partials meet by shuffles (none with one
 //   lane), so no warp waits for another, and a warp's load of a d-row covers

@@ -14,7 +14,7 @@
 //                       rows: wide CTA, clusters; persistent) its sums in shared memory.
 //   StridedKernel       reduction over a non-last dim of a contiguous (outer, D, inner) tensor:
 //   StridedPackKernel   lanes walk the contiguous inner dim (coalesced), kTy threads split D
-//                       (the CTA layout) or 1-8 lanes of a warp (the warp layout);
+//                       (the CTA layout) or 1, 2 or 4 lanes of a warp (the warp layout);
 //   StridedPrefetchKernel  the packed one with later tiles in flight into shared memory.
 //
 // Every row loop is uniform across the threads that reduce together (the warp for groups, the
