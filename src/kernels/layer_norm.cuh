@@ -16,11 +16,13 @@
 //             PlanFusedSums takes them, else kernels/param_grad.h from the same (μ, r))
 //
 // The forward runs both passes over the row where the tier caches it (registers), so the row is
-// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row:
-// merging per-thread (count, mean, M2) triples in one all-reduce (Chan's formula) measured
-// slower on the cluster tier, although a second all-reduce costs a round trip between the CTAs,
-// and 1.2x slower on the wide CTA, although that CTA is alone on its SM while it waits at the
-// second barrier (benchmarks/results/h100/NOTES.md §6, §33). The backward reads the saved (μ, r)
+// read from memory once; the streaming tier reads it once per pass. Two all-reduces per row,
+// except on cluster rows: there each CTA takes both passes over its own slice (two block
+// barriers), and the slices' (count, Σ(x − x₀), M2) meet in one exchange between the CTAs
+// (SliceMoments), which saves the second round trip. Merging per-thread (count, mean, M2)
+// triples in one all-reduce (Chan's formula at every level) measured 1.2x slower on the wide
+// CTA: three passes over a thread's values and a division per merge cost more than the barrier
+// they save (benchmarks/results/h100/NOTES.md §6, §33). The backward reads the saved (μ, r)
 // (8 bytes a row) instead of making them again, so it reduces once per row, as rms_norm's
 // does: its second all-reduce was a second barrier between the loads and the stores.
 #pragma once
@@ -37,6 +39,38 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
   const Acc x0 = row.First();
   return x0 + row.Reduce(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; }) /
                   static_cast<Acc>(row.Size());
+}
+
+// (μ, var) of a cluster row, var = M2 / n: each CTA's slice c reduced in the CTA alone,
+// S_c = Σ(x − x₀) and n_c, then M2_c = Σ(x − m_c)² about the slice's mean m_c = x₀ + S_c / n_c;
+// the slices' (n_c, S_c, M2_c) merged in one exchange, in rank order in every CTA:
+// μ = x₀ + ΣS_c / n and M2 = Σ (M2_c + n_c·(m_c − μ)²) (the parallel-variance formula, exact in
+// real arithmetic and free of cancellation). μ is bit for bit the two-all-reduce μ (the same
+// partials in the same order); a constant row gives S_c = 0, m_c = μ = x₀ and var = 0 exactly.
+template <class Row, typename Acc = typename Row::Acc>
+ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
+  const Acc x0 = row.First();
+  const Array<Acc, 2> s = row.ReduceSlice(
+      SumOp{}, [x0](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0] - x0, Acc(1)}}; });
+  const Acc mc = s[1] > Acc(0) ? x0 + s[0] / s[1] : x0;  // a slice may own no element
+  const Acc m2 = row.ReduceSlice(SumOp{}, [mc](const Acc* x, int64_t) {
+    const Acc d = x[0] - mc;
+    return d * d;
+  });
+  const Acc n = static_cast<Acc>(row.Size());
+  return row.MergeSlices(Array<Acc, 4>{{s[1], s[0], mc, m2}}, [x0, n](auto part) {
+    Acc sum = part(0)[1];
+#pragma unroll
+    for (int c = 1; c < Row::kSlices; ++c) sum += part(c)[1];
+    const Acc mu = x0 + sum / n;
+    Acc m2 = Acc(0);
+#pragma unroll
+    for (int c = 0; c < Row::kSlices; ++c) {
+      const Acc d = part(c)[2] - mu;
+      m2 += part(c)[3] + part(c)[0] * d * d;
+    }
+    return Array<Acc, 2>{{mu, m2 / n}};
+  });
 }
 
 template <typename T, typename Acc, typename W>
@@ -56,12 +90,18 @@ struct LayerNormFwdOp {
 
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
-    const Acc n = static_cast<Acc>(row.Size());
-    const Acc mu = ShiftedMean(row);
-    const Acc var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
-      const Acc d = x[0] - mu;
-      return d * d;
-    }) / n;
+    Acc mu, var;
+    if constexpr (PrefersOneRound<Row>::value) {
+      const Array<Acc, 2> m = SliceMoments(row);
+      mu = m[0];
+      var = m[1];
+    } else {
+      mu = ShiftedMean(row);
+      var = row.Reduce(SumOp{}, [mu](const Acc* x, int64_t) {
+        const Acc d = x[0] - mu;
+        return d * d;
+      }) / static_cast<Acc>(row.Size());
+    }
     const Acc r = Acc(1) / Sqrt(var + eps);
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = mu;

@@ -150,9 +150,11 @@ struct ClusterReduceStorage {
 // for the CTA's stores of the previous row to reach memory, 35-47% of the cluster kernels'
 // stall cycles (ncu, H100, benchmarks/results/h100/NOTES.md §27).
 //
-// Set p is reused two all-reduces later: a CTA pushes into a peer's set p for all-reduce k + 2
-// only after it has all partials of k + 1, the peer's among them, which the peer pushed after
-// its block barrier of k + 1, after its threads read the set of k. A CTA leaves the kernel
+// AllReduce is BlockReduce, then Merge; an op body may also run several BlockReduces before
+// one Merge (LayerNorm's slice moments: layer_norm.cuh). Set p is reused two merges later: a
+// CTA pushes into a peer's set p for merge k + 2 only after it has all partials of k + 1, the
+// peer's among them, which the peer pushed after a block barrier that followed its threads'
+// reads of the set of k. A CTA leaves the kernel
 // after its last wait, once nothing more can land in its shared memory (Finish()).
 template <int kThreads, int kCluster>
 class ClusterReducer {
@@ -169,9 +171,29 @@ class ClusterReducer {
 
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
+    return Merge(BlockReduce(v, op), [op](auto part) {
+      V r = part(0);
+#pragma unroll 4
+      for (int c = 1; c < kCluster; ++c) r = op(r, part(c));
+      return r;
+    });
+  }
+
+  // The first level of AllReduce: v over this CTA's threads only.
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V BlockReduce(V v, Op op) {
+    return BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
+  }
+
+  // The second level: each CTA's value v (the same in all of its threads: a BlockReduce's
+  // result) pushed to every CTA; returns combine(part), part(c) being CTA c's value, in every
+  // thread of every CTA. `combine` must read the parts in a fixed order for all CTAs to obtain
+  // the same bits. v must come from a BlockReduce called after the previous Merge: its barrier
+  // is what orders this CTA's reads of a set before its next push (see the class comment).
+  template <typename V, class Combine>
+  ROWNORM_DEVICE auto Merge(const V& v, Combine combine) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
-    v = BlockAllReduce<kThreads>(v, op, storage_.block, block_parity_);
     if (!joined_) {
       ClusterWait();  // every CTA's barriers are initialized
       joined_ = true;
@@ -186,13 +208,12 @@ class ClusterReducer {
     WaitBarrier(landed, (phases_ >> p) & 1u);
     phases_ ^= 1u << p;
     set_ ^= 1;
-    v = *reinterpret_cast<const V*>(storage_.slots[p][0]);
-#pragma unroll 4
-    for (int c = 1; c < kCluster; ++c) v = op(v, *reinterpret_cast<const V*>(storage_.slots[p][c]));
+    const auto& slots = storage_.slots[p];
+    return combine([&slots](int c) -> const V& { return *reinterpret_cast<const V*>(slots[c]); });
 #else
     __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
+    return combine([&v](int) -> const V& { return v; });
 #endif
-    return v;
   }
 
   // At the kernel's end: a CTA that never reduced still waits for the cluster barrier it

@@ -9,6 +9,11 @@
 //   StoreTo<j>(f)       output j at col = f(x, col) for each element this thread owns;
 //   First()             element 0 of the row of input 0, in every thread (a shift that makes
 //                       sums exact on constant rows: layer_norm.cuh).
+// Rows that cross a cluster (kOneRound) also have the all-reduce's two levels apart:
+//   SliceAllReduce(v, op)     v combined over the threads of this CTA's slice of the row;
+//   MergeSlices(v, combine)   combine(part) with part(c) slice c's value (v in slice c), the
+//                             same in every thread; v must be a SliceAllReduce's result
+//                             computed after the previous MergeSlices (reduce.cuh: Merge).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,12 @@ class RowOps {
   template <typename Op, typename F>
   ROWNORM_HOST_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {
     return Self().AllReduce(Self().ReduceLocal(op, f), op);  // a view may refine ReduceLocal
+  }
+
+  // f reduced over this CTA's slice of a cluster row (kOneRound views only).
+  template <typename Op, typename F>
+  ROWNORM_HOST_DEVICE ReduceValue<F, Acc> ReduceSlice(Op op, F f) {
+    return Self().SliceAllReduce(Self().ReduceLocal(op, f), op);
   }
 
   template <typename Op, typename F>

@@ -75,6 +75,16 @@ struct ClusterTeam {
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return reducer.AllReduce(v, op);
   }
+  // AllReduce's two levels apart: over this CTA's slice, then the slices' values merged
+  // (ClusterReducer::Merge).
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
+    return reducer.BlockReduce(v, op);
+  }
+  template <typename V, class Combine>
+  ROWNORM_DEVICE auto MergeSlices(const V& v, Combine combine) {
+    return reducer.Merge(v, combine);
+  }
   ROWNORM_DEVICE void Finish() { reducer.Finish(); }
 };
 
@@ -369,6 +379,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   using Acc = AccType<TIn>;
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
+  static constexpr int kSlices = Team::kSlices;  // CTAs that share a row (a cluster's)
   using InPacks = Pack<TIn, kVec>[kIn];
 
   ROWNORM_DEVICE int64_t Size() const { return n_; }
@@ -381,6 +392,15 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   template <typename Op, typename V>
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
+  }
+  // Cluster rows only (kOneRound): RowOps::ReduceSlice's primitives.
+  template <typename Op, typename V>
+  ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
+    return team_.SliceAllReduce(v, op);
+  }
+  template <typename V, class Combine>
+  ROWNORM_DEVICE auto MergeSlices(const V& v, Combine combine) {
+    return team_.MergeSlices(v, combine);
   }
 
   template <class G>
