@@ -73,8 +73,9 @@ ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
   });
 }
 
-template <typename T, typename Acc, typename W>
-struct LayerNormFwdOp {
+// EXPERIMENT (reverted before landing): kSliceMoments = false is main's two all-reduces.
+template <typename T, typename Acc, typename W, bool kSliceMoments>
+struct LayerNormFwdOpX {
   using Elem = T;
   static constexpr int kIn = 1;  // x
   Acc eps;
@@ -91,7 +92,7 @@ struct LayerNormFwdOp {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     Acc mu, var;
-    if constexpr (PrefersOneRound<Row>::value) {
+    if constexpr (kSliceMoments && PrefersOneRound<Row>::value) {
       const Array<Acc, 2> m = SliceMoments(row);
       mu = m[0];
       var = m[1];
@@ -112,6 +113,11 @@ struct LayerNormFwdOp {
         ColumnParams());
   }
 };
+
+template <typename T, typename Acc, typename W>
+using LayerNormFwdOp = LayerNormFwdOpX<T, Acc, W, true>;
+template <typename T, typename Acc, typename W>
+using LayerNormFwdOpTwoRounds = LayerNormFwdOpX<T, Acc, W, false>;
 
 template <typename T, typename Acc, typename W>
 struct LayerNormBwdOp {
