@@ -41,37 +41,40 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
                   static_cast<Acc>(row.Size());
 }
 
-// (μ, var) of a cluster row, var = M2 / n: each CTA's slice c reduced in the CTA alone,
-// S_c = Σ(x − x₀) and n_c, then M2_c = Σ(x − m_c)² about the slice's mean m_c = x₀ + S_c / n_c;
-// the slices' (n_c, S_c, M2_c) merged in one exchange, in rank order in every CTA:
-// μ = x₀ + ΣS_c / n and M2 = Σ (M2_c + n_c·(m_c − μ)²) (the parallel-variance formula, exact in
-// real arithmetic and free of cancellation). μ is bit for bit the two-all-reduce μ (the same
-// partials in the same order); a constant row gives S_c = 0, m_c = μ = x₀ and var = 0 exactly.
+// (μ, var) of a cluster row, var = M2 / n: each CTA's slice c of n_c elements reduced in the
+// CTA alone, S_c = Σ(x − x₀), then M2_c = Σ(x − m_c)² about the slice's mean m_c = x₀ + s_c,
+// s_c = S_c / n_c; the slices' (n_c, S_c, s_c, M2_c) merged in one exchange, in rank order in
+// every CTA: μ = x₀ + ΣS_c / n and M2 = Σ (M2_c + n_c·(s_c − ΣS_c / n)²) (the parallel-variance
+// formula, exact in real arithmetic and free of cancellation; the slices' offsets from the
+// mean taken on the shifted means, which a large common offset does not round). μ is bit for
+// bit the two-all-reduce μ (the same partials in the same order); a constant row gives S_c = 0,
+// m_c = μ = x₀ and var = 0 exactly.
 template <class Row, typename Acc = typename Row::Acc>
 ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
   const Acc x0 = row.First();
-  const Array<Acc, 2> s = row.ReduceSlice(
-      SumOp{}, [x0](const Acc* x, int64_t) { return Array<Acc, 2>{{x[0] - x0, Acc(1)}}; });
-  const Acc mc = s[1] > Acc(0) ? x0 + s[0] / s[1] : x0;  // a slice may own no element
-  const Acc m2 = row.ReduceSlice(SumOp{}, [mc](const Acc* x, int64_t) {
-    const Acc d = x[0] - mc;
+  const Acc sum_c = row.ReduceSlice(SumOp{}, [x0](const Acc* x, int64_t) { return x[0] - x0; });
+  const Acc n_c = static_cast<Acc>(row.SliceSize());
+  const Acc s_c = n_c > Acc(0) ? sum_c / n_c : Acc(0);  // a slice may own no element
+  const Acc m_c = x0 + s_c;
+  const Acc m2_c = row.ReduceSlice(SumOp{}, [m_c](const Acc* x, int64_t) {
+    const Acc d = x[0] - m_c;
     return d * d;
   });
   const Acc n = static_cast<Acc>(row.Size());
-  return row.MergeSlices(Array<Acc, 4>{{s[1], s[0], mc, m2}}, [x0, n](auto part) {
+  return row.MergeSlices(Array<Acc, 4>{{n_c, sum_c, s_c, m2_c}}, [x0, n](auto part) {
     // Loops of 4 parts at a time: unrolled, the 16-CTA kernels held all 64 values (128
     // registers, one CTA per SM).
     Acc sum = part(0)[1];
 #pragma unroll 4
     for (int c = 1; c < Row::kSlices; ++c) sum += part(c)[1];
-    const Acc mu = x0 + sum / n;
+    const Acc s = sum / n;
     Acc m2 = Acc(0);
 #pragma unroll 4
     for (int c = 0; c < Row::kSlices; ++c) {
-      const Acc d = part(c)[2] - mu;
+      const Acc d = part(c)[2] - s;
       m2 += part(c)[3] + part(c)[0] * d * d;
     }
-    return Array<Acc, 2>{{mu, m2 / n}};
+    return Array<Acc, 2>{{x0 + s, m2 / n}};
   });
 }
 

@@ -10,6 +10,7 @@
 //   First()             element 0 of the row of input 0, in every thread (a shift that makes
 //                       sums exact on constant rows: layer_norm.cuh).
 // Rows that cross a cluster (kOneRound) also have the all-reduce's two levels apart:
+//   SliceSize()               the elements of this CTA's slice of the row;
 //   SliceAllReduce(v, op)     v combined over the threads of this CTA's slice of the row;
 //   MergeSlices(v, combine)   combine(part) with part(c) slice c's value (v in slice c), the
 //                             same in every thread; v must be a SliceAllReduce's result

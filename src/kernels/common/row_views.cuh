@@ -393,7 +393,15 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   ROWNORM_DEVICE V AllReduce(V v, Op op) {
     return team_.AllReduce(v, op);
   }
-  // Cluster rows only (kOneRound): RowOps::ReduceSlice's primitives.
+  // Cluster rows only (kOneRound): the elements of this CTA's slice (its packs, and the head
+  // scalars in slice 0, the tail scalars in the last), and RowOps::ReduceSlice's primitives.
+  ROWNORM_DEVICE int64_t SliceSize() const {
+    const int slice = team_.SliceRank();
+    const int64_t packs = Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice + 1) -
+                          Ownership<Team, kVec>::SliceBegin(geo_.vecs, slice);
+    return packs * kVec + (slice == 0 ? geo_.head : 0) +
+           (slice == Team::kSlices - 1 ? geo_.tail : 0);
+  }
   template <typename Op, typename V>
   ROWNORM_DEVICE V SliceAllReduce(V v, Op op) {
     return team_.SliceAllReduce(v, op);
