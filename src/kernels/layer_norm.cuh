@@ -43,12 +43,12 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
 
 // (μ, var) of a cluster row, var = M2 / n: each CTA's slice c of n_c elements reduced in the
 // CTA alone, S_c = Σ(x − x₀), then M2_c = Σ(x − m_c)² about the slice's mean m_c = x₀ + s_c,
-// s_c = S_c / n_c; the slices' (n_c, S_c, s_c, M2_c) merged in one exchange, in rank order in
+// s_c = S_c / n_c; the slices' (n_c, S_c, s_c, M2_c) merged in one exchange, the same in
 // every CTA: μ = x₀ + ΣS_c / n and M2 = Σ (M2_c + n_c·(s_c − ΣS_c / n)²) (the parallel-variance
 // formula, exact in real arithmetic and free of cancellation; the slices' offsets from the
-// mean taken on the shifted means, which a large common offset does not round). μ is bit for
-// bit the two-all-reduce μ (the same partials in the same order); a constant row gives S_c = 0,
-// m_c = μ = x₀ and var = 0 exactly.
+// mean taken on the shifted means, which a large common offset does not round). A constant row
+// gives S_c = 0, m_c = μ = x₀ and var = 0 exactly.
+#if defined(__CUDACC__)
 template <class Row, typename Acc = typename Row::Acc>
 ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
   const Acc x0 = row.First();
@@ -62,21 +62,20 @@ ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
   });
   const Acc n = static_cast<Acc>(row.Size());
   return row.MergeSlices(Array<Acc, 4>{{n_c, sum_c, s_c, m2_c}}, [x0, n](auto part) {
-    // Loops of 4 parts at a time: unrolled, the 16-CTA kernels held all 64 values (128
-    // registers, one CTA per SM).
-    Acc sum = part(0)[1];
-#pragma unroll 4
-    for (int c = 1; c < Row::kSlices; ++c) sum += part(c)[1];
-    const Acc s = sum / n;
-    Acc m2 = Acc(0);
-#pragma unroll 4
-    for (int c = 0; c < Row::kSlices; ++c) {
-      const Acc d = part(c)[2] - s;
-      m2 += part(c)[3] + part(c)[0] * d * d;
-    }
+    // Lane l of each group of kSlices lanes takes slice l's part, and two butterfly sums over
+    // the group make the totals, the same bits in every lane (an IEEE sum is commutative) and
+    // in every CTA (which all hold the same parts): a 16-byte load and 2·log2(kSlices)
+    // shuffles a thread. A loop over the parts took two loads a slice and left the 16-CTA
+    // rows 1.02-1.03x the two-all-reduce time (benchmarks/results/h100/NOTES.md §41).
+    constexpr int kSlices = Row::kSlices;
+    const Array<Acc, 4> p = part(static_cast<int>(threadIdx.x % kSlices));
+    const Acc s = WarpAllReduce<kSlices>(p[1], SumOp{}) / n;
+    const Acc d = p[2] - s;
+    const Acc m2 = WarpAllReduce<kSlices>(p[3] + p[0] * d * d, SumOp{});
     return Array<Acc, 2>{{x0 + s, m2 / n}};
   });
 }
+#endif  // __CUDACC__ (cluster rows only)
 
 // EXPERIMENT (reverted before landing): kSliceMoments = false is main's two all-reduces.
 template <typename T, typename Acc, typename W, bool kSliceMoments>
@@ -89,6 +88,8 @@ struct LayerNormFwdOpX {
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
   // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
   static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
+  // 16-bit rows: the kept parameters wherever they fit as many clusters (op_traits.h)
+  static constexpr bool kClusterParamsPerRow = sizeof(T) != 2;
 
   ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
     return {{weight, bias}, {1.0f, 0.0f}};

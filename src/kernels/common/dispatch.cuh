@@ -401,10 +401,12 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow.
+      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow (where the op
+      // allows it: OpTraits::kClusterParamsPerRow).
       const bool per_row =
-          params > 0 && ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn,
-                                            registers, dev.sms, dev.dram_gbps_per_sm);
+          params > 0 && OpTraits<Op>::kClusterParamsPerRow &&
+          ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn, registers,
+                              dev.sms, dev.dram_gbps_per_sm);
       if (params > 0 &&
           (forced.has_value() || (!per_row && params >= registers && params >= shared))) {
         plan->params_once = true;
