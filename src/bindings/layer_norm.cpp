@@ -1,9 +1,7 @@
 // Bindings of layer_norm, layer_norm_with_stats (the forward autograd runs: it also saves the
 // per-row (μ, r)) and layer_norm_backward (which reads them).
-#include <cstdlib>
-
-#include "bindings/rowwise.h"
 #include "kernels/layer_norm.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {
@@ -22,10 +20,6 @@ Tensor LayerNorm(Tensor x, std::optional<Tensor> weight, std::optional<Tensor> b
                  double eps) {
   constexpr const char* kOp = "layer_norm";
   dim = CheckLayerNorm(kOp, x, weight, bias, dim, eps);
-  if (std::getenv("ROWNORM_EXP_LN_TWO_ROUNDS") != nullptr && dim == x.dim() - 1) {  // EXPERIMENT
-    return RunParamOp<LayerNormFwdOpTwoRounds, 1, false>(kOp, {x}, dim, {weight, bias}, eps,
-                                                         RowStatsOut{nullptr})[0];
-  }
   return RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{nullptr})[0];
 }
 
@@ -35,10 +29,7 @@ std::tuple<Tensor, Tensor> LayerNormWithStats(Tensor x, std::optional<Tensor> we
   dim = CheckLayerNorm(kOp, x, weight, bias, dim, eps);
   const Tensor stats = NewRowStats(x, dim);
   const Tensor y =
-      std::getenv("ROWNORM_EXP_LN_TWO_ROUNDS") != nullptr && dim == x.dim() - 1  // EXPERIMENT
-          ? RunParamOp<LayerNormFwdOpTwoRounds, 1, false>(kOp, {x}, dim, {weight, bias}, eps,
-                                                          RowStatsOut{&stats})[0]
-          : RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{&stats})[0];
+      RunParamOp<LayerNormFwdOp>(kOp, {x}, dim, {weight, bias}, eps, RowStatsOut{&stats})[0];
   return {y, stats};
 }
 

@@ -5,10 +5,9 @@
 
 namespace rownorm {
 
-#define ROWNORM_INSTANTIATE(T, W)                                     \
-  ROWNORM_INSTANTIATE_LAUNCH(LayerNormFwdOp<T, AccType<T>, W>)        \
-  ROWNORM_INSTANTIATE_ROWS(LayerNormFwdOpTwoRounds<T, AccType<T>, W>) \
-  ROWNORM_INSTANTIATE_LAUNCH(LayerNormBwdOp<T, AccType<T>, W>)        \
+#define ROWNORM_INSTANTIATE(T, W)                              \
+  ROWNORM_INSTANTIATE_LAUNCH(LayerNormFwdOp<T, AccType<T>, W>) \
+  ROWNORM_INSTANTIATE_LAUNCH(LayerNormBwdOp<T, AccType<T>, W>) \
   ROWNORM_INSTANTIATE_SUMS(LayerNormBwdOp<T, AccType<T>, W>)
 ROWNORM_FOR_EACH_FLOAT_TYPE_AND_WEIGHT(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE

@@ -77,9 +77,8 @@ ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
 }
 #endif  // __CUDACC__ (cluster rows only)
 
-// EXPERIMENT (reverted before landing): kSliceMoments = false is main's two all-reduces.
-template <typename T, typename Acc, typename W, bool kSliceMoments>
-struct LayerNormFwdOpX {
+template <typename T, typename Acc, typename W>
+struct LayerNormFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;  // x
   Acc eps;
@@ -98,7 +97,7 @@ struct LayerNormFwdOpX {
   template <class Row>
   ROWNORM_HOST_DEVICE void operator()(Row& row) const {
     Acc mu, var;
-    if constexpr (kSliceMoments && PrefersOneRound<Row>::value) {
+    if constexpr (PrefersOneRound<Row>::value) {
       const Array<Acc, 2> m = SliceMoments(row);
       mu = m[0];
       var = m[1];
@@ -119,11 +118,6 @@ struct LayerNormFwdOpX {
         ColumnParams());
   }
 };
-
-template <typename T, typename Acc, typename W>
-using LayerNormFwdOp = LayerNormFwdOpX<T, Acc, W, true>;
-template <typename T, typename Acc, typename W>
-using LayerNormFwdOpTwoRounds = LayerNormFwdOpX<T, Acc, W, false>;
 
 template <typename T, typename Acc, typename W>
 struct LayerNormBwdOp {
