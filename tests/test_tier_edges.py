@@ -187,6 +187,46 @@ def test_cluster_kernels_agree(dtype, monkeypatch):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cluster_layer_norm_moments_per_slice(dtype, monkeypatch):
+    """layer_norm's cluster rows make each CTA's (count, Σ(x − x₀), M2) in the CTA and merge
+    the slices' in one exchange (layer_norm.cuh's SliceMoments). Rows whose slices have their
+    own means (an offset that changes every sixteenth of the row: slices of 4-16 CTAs differ),
+    a common offset of 1e3 (the slices' means differ by far less than they are), and constant
+    rows (var = 0 exactly: y is the bias), for each cluster size aligned and odd, under every
+    cluster kernel and with float32 parameters on 16-bit rows (whose plans differ), against
+    the float64 reference."""
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [n for n in tier_edge_lengths(elem) if plan_row_tier(n, vec).tier == "cluster"]
+    clusters = {plan_row_tier(n, vec).cluster for n in lengths}
+    assert {4, 8, 16} <= clusters, clusters
+    steps = torch.tensor([3.0, -250.0, 40.0, 5.0, 700.0, -9.0, 0.5, 60.0] * 2, dtype=torch.float64)
+    affine = OPS["layer_norm_affine"]
+    gen = torch.Generator().manual_seed(0)
+    param_dtypes = (dtype, torch.float32) if dtype != torch.float32 else (dtype,)
+    for n in lengths:
+        noise = torch.randn(2, n, dtype=torch.float64, generator=gen)
+        rows = {
+            "slice means": noise + steps[torch.arange(n) * 16 // n],
+            "offset 1e3": noise + 1e3,
+            "constant": torch.full((2, n), 7.25, dtype=torch.float64),
+        }
+        for name, x64 in rows.items():
+            x = x64.to(dtype).cuda()
+            for kind in ("registers", "shared", "params", ""):
+                monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+                for pdt in param_dtypes:
+                    inp = affine.inputs(x, -1)
+                    inp = {k: (v if k == "x" else v.to(pdt)) for k, v in inp.items()}
+                    what = f"{name} n={n} kind={kind or 'plan'} params {dtype_id(pdt)}"
+                    check_forward(affine, inp, -1, what=what)
+                    if name == "constant":
+                        y = affine.call(inp, -1)[0]
+                        assert torch.equal(y, inp["bias"].to(y.dtype).expand_as(y)), what
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
     """The kernel that keeps the forward's parameters per CTA (``params=once``, forced: the
     plan may pick the register kernel on this GPU) copies them an element at a time: a weight
