@@ -4,9 +4,10 @@
 //
 //   forward   m = max(x), s = Σ exp(x − m): two plain all-reduces where the tier caches the
 //             row; one online all-reduce of (max, Σ exp) pairs (merged by rescaling the
-//             smaller maximum's sum) where it streams it (a pair per element) or where an
-//             all-reduce crosses the cluster (a pair per thread, PrefersOneRound), then
-//             softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
+//             smaller maximum's sum) where it streams it (a pair per element); where an
+//             all-reduce crosses the cluster (PrefersOneRound), each CTA's (max, Σ exp) of its
+//             slice in the CTA, the slices' pairs merged in one exchange (SliceSoftmaxStats);
+//             then softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
 //
@@ -52,6 +53,33 @@ struct OnlineSoftmaxOp {
   }
 };
 
+#if defined(__CUDACC__)
+// (m, s) of a cluster row: each CTA's slice in the CTA alone, its max m_c (block barrier), then
+// s_c = Σ exp(x − m_c) (block barrier); the slices' (m_c, s_c) merged in one exchange, lane l of
+// each group of kSlices lanes taking slice l's pair: m = max m_c and s = Σ s_c·exp(m_c − m)
+// by butterfly reductions (the same bits in every lane and CTA), a slice of only −inf adding 0.
+// The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37).
+// The per-thread pairs merged through the warp, the block and the cluster took an exp and a
+// compare at each of their ~30 steps a thread: at bf16 262144 (16-CTA rows, 64 elements a
+// thread) ncu found the kernel issuing in 64% of its cycles (benchmarks/results/h100/NOTES.md
+// §41).
+template <class Row, typename Acc = typename Row::Acc>
+ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
+  constexpr Acc kLog2e = Acc(1.4426950408889634);
+  const Acc m_c = row.SliceAllReduce(row.MaxLocal(), MaxOp{});
+  const Acc shift = m_c == -INFINITY ? Acc(0) : m_c;
+  const Acc s_c = row.ReduceSlice(
+      SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
+  return row.MergeSlices(Array<Acc, 2>{{m_c, s_c}}, [](auto part) {
+    constexpr int kSlices = Row::kSlices;
+    const Array<Acc, 2> p = part(static_cast<int>(threadIdx.x % kSlices));
+    const Acc m = WarpAllReduce<kSlices>(p[0], MaxOp{});
+    const Acc t = p[0] == -INFINITY ? Acc(0) : p[1] * Exp2((p[0] - m) * kLog2e);
+    return Array<Acc, 2>{{m, WarpAllReduce<kSlices>(t, SumOp{})}};
+  });
+}
+#endif  // __CUDACC__ (cluster rows only)
+
 template <typename T, typename Acc>
 struct SoftmaxFwdOp {
   using Elem = T;
@@ -73,17 +101,7 @@ struct SoftmaxFwdOp {
     Acc m;
     Acc s;
     if constexpr (PrefersOneRound<Row>::value) {
-      // The row is cached and an all-reduce crosses the cluster: each thread makes its
-      // own (max, Σ exp(x − max)) in two passes over its values, then one all-reduce merges
-      // the pairs. A thread whose values are all −inf (or that holds none) contributes
-      // (−inf, 0). The max on the stored 16-bit pairs (row.MaxLocal): H100 bf16 262144 90 →
-      // 93% of copy, 196608 0.97x the time (benchmarks/results/h100/NOTES.md §37).
-      const Acc m_t = row.MaxLocal();
-      const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
-      const Acc s_t = row.ReduceLocal(
-          SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
-      const Array<Acc, 2> v{{m_t, s_t}};
-      const Array<Acc, 2> ms = row.AllReduce(v, OnlineSoftmaxOp<true>{});
+      const Array<Acc, 2> ms = SliceSoftmaxStats(row);
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
