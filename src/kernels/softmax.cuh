@@ -80,8 +80,9 @@ ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
 }
 #endif  // __CUDACC__ (cluster rows only)
 
-template <typename T, typename Acc>
-struct SoftmaxFwdOp {
+// EXPERIMENT (reverted before landing): kSliceStats = false is main's per-thread pairs.
+template <typename T, typename Acc, bool kSliceStats>
+struct SoftmaxFwdOpX {
   using Elem = T;
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
@@ -100,8 +101,17 @@ struct SoftmaxFwdOp {
     constexpr Acc kLog2e = Acc(1.4426950408889634);
     Acc m;
     Acc s;
-    if constexpr (PrefersOneRound<Row>::value) {
+    if constexpr (kSliceStats && PrefersOneRound<Row>::value) {
       const Array<Acc, 2> ms = SliceSoftmaxStats(row);
+      m = ms[0];
+      s = m == INFINITY ? Acc(NAN) : ms[1];
+    } else if constexpr (PrefersOneRound<Row>::value) {
+      const Acc m_t = row.MaxLocal();
+      const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
+      const Acc s_t = row.ReduceLocal(
+          SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
+      const Array<Acc, 2> v{{m_t, s_t}};
+      const Array<Acc, 2> ms = row.AllReduce(v, OnlineSoftmaxOp<true>{});
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (Row::kCached) {
@@ -126,6 +136,11 @@ struct SoftmaxFwdOp {
     }
   }
 };
+
+template <typename T, typename Acc>
+using SoftmaxFwdOp = SoftmaxFwdOpX<T, Acc, true>;
+template <typename T, typename Acc>
+using SoftmaxFwdOpPairs = SoftmaxFwdOpX<T, Acc, false>;
 
 template <typename T, typename Acc>
 struct SoftmaxBwdOp {
