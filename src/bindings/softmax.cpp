@@ -1,17 +1,12 @@
 // Bindings of softmax, log_softmax and their backward ops (which take the forward's output y).
-#include <cstdlib>
-
-#include "bindings/rowwise.h"
 #include "kernels/softmax.cuh"
+#include "bindings/rowwise.h"
 
 namespace rownorm {
 namespace {
 
 Tensor SoftmaxForward(const char* name, const Tensor& x, int64_t dim, bool log) {
   dim = CheckRowwiseInput(name, "x", x, dim);
-  if (std::getenv("ROWNORM_EXP_SOFTMAX_PAIRS") != nullptr) {  // EXPERIMENT
-    return RunRowOp<SoftmaxFwdOpPairs>(name, {x}, dim, log);
-  }
   return RunRowOp<SoftmaxFwdOp>(name, {x}, dim, log);
 }
 

@@ -5,9 +5,8 @@
 
 namespace rownorm {
 
-#define ROWNORM_INSTANTIATE(T)                                 \
-  ROWNORM_INSTANTIATE_LAUNCH(SoftmaxFwdOp<T, AccType<T>>)      \
-  ROWNORM_INSTANTIATE_LAUNCH(SoftmaxFwdOpPairs<T, AccType<T>>) \
+#define ROWNORM_INSTANTIATE(T)                            \
+  ROWNORM_INSTANTIATE_LAUNCH(SoftmaxFwdOp<T, AccType<T>>) \
   ROWNORM_INSTANTIATE_LAUNCH(SoftmaxBwdOp<T, AccType<T>>)
 ROWNORM_FOR_EACH_FLOAT_TYPE(ROWNORM_INSTANTIATE)
 #undef ROWNORM_INSTANTIATE

@@ -5,8 +5,9 @@
 //   forward   m = max(x), s = Σ exp(x − m): two plain all-reduces where the tier caches the
 //             row; one online all-reduce of (max, Σ exp) pairs (merged by rescaling the
 //             smaller maximum's sum) where it streams it (a pair per element); where an
-//             all-reduce crosses the cluster (PrefersOneRound), each CTA's (max, Σ exp) of its
-//             slice in the CTA, the slices' pairs merged in one exchange (SliceSoftmaxStats);
+//             all-reduce crosses the cluster (PrefersOneRound), a pair per thread, or on
+//             16-CTA rows each CTA's (max, Σ exp) of its slice, the slices' pairs merged in one
+//             exchange (SliceSoftmaxStats);
 //             then softmax y = exp(x − m) / s;  log_softmax y = x − m − log(s)
 //   backward  (from the forward's output y)  softmax dx = y⊙(dy − Σ dy⊙y)
 //                                            log_softmax dx = dy − exp(y)·Σ dy
@@ -58,11 +59,8 @@ struct OnlineSoftmaxOp {
 // s_c = Σ exp(x − m_c) (block barrier); the slices' (m_c, s_c) merged in one exchange, lane l of
 // each group of kSlices lanes taking slice l's pair: m = max m_c and s = Σ s_c·exp(m_c − m)
 // by butterfly reductions (the same bits in every lane and CTA), a slice of only −inf adding 0.
-// The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37).
-// The per-thread pairs merged through the warp, the block and the cluster took an exp and a
-// compare at each of their ~30 steps a thread: at bf16 262144 (16-CTA rows, 64 elements a
-// thread) ncu found the kernel issuing in 64% of its cycles (benchmarks/results/h100/NOTES.md
-// §41).
+// The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37). Where it runs: the
+// forward's op body.
 template <class Row, typename Acc = typename Row::Acc>
 ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
   constexpr Acc kLog2e = Acc(1.4426950408889634);
@@ -80,9 +78,8 @@ ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
 }
 #endif  // __CUDACC__ (cluster rows only)
 
-// EXPERIMENT (reverted before landing): kSliceStats = false is main's per-thread pairs.
-template <typename T, typename Acc, bool kSliceStats>
-struct SoftmaxFwdOpX {
+template <typename T, typename Acc>
+struct SoftmaxFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;                   // x
   static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
@@ -101,11 +98,22 @@ struct SoftmaxFwdOpX {
     constexpr Acc kLog2e = Acc(1.4426950408889634);
     Acc m;
     Acc s;
-    if constexpr (kSliceStats && PrefersOneRound<Row>::value) {
+    if constexpr (PrefersOneRound<Row>::value && Row::kSlices >= 16 && Row::kSliceThreads <= 256) {
+      // 16 CTAs of 256: the slices' pairs (SliceSoftmaxStats). The per-thread pairs' cluster
+      // merge folds 15 pairs one after another, an exp each: bf16 / fp16 262144 took 0.963 /
+      // 0.964x the time this way (91 → 95% of copy). With fewer CTAs the extra block barrier
+      // cost more (4-8 CTAs, 65535-131072: 1.008-1.015x), and the 16-CTA rows of 512 threads
+      // (fp32 262144) held 73 registers, one CTA per SM (1.41x). benchmarks/results/h100/
+      // NOTES.md §41.
       const Array<Acc, 2> ms = SliceSoftmaxStats(row);
       m = ms[0];
       s = m == INFINITY ? Acc(NAN) : ms[1];
     } else if constexpr (PrefersOneRound<Row>::value) {
+      // The row is cached and an all-reduce crosses the cluster: each thread makes its
+      // own (max, Σ exp(x − max)) in two passes over its values, then one all-reduce merges
+      // the pairs. A thread whose values are all −inf (or that holds none) contributes
+      // (−inf, 0). The max on the stored 16-bit pairs (row.MaxLocal): H100 bf16 262144 90 →
+      // 93% of copy, 196608 0.97x the time (benchmarks/results/h100/NOTES.md §37).
       const Acc m_t = row.MaxLocal();
       const Acc shift = m_t == -INFINITY ? Acc(0) : m_t;
       const Acc s_t = row.ReduceLocal(
@@ -136,11 +144,6 @@ struct SoftmaxFwdOpX {
     }
   }
 };
-
-template <typename T, typename Acc>
-using SoftmaxFwdOp = SoftmaxFwdOpX<T, Acc, true>;
-template <typename T, typename Acc>
-using SoftmaxFwdOpPairs = SoftmaxFwdOpX<T, Acc, false>;
 
 template <typename T, typename Acc>
 struct SoftmaxBwdOp {

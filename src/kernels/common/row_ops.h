@@ -42,6 +42,8 @@ class RowOps {
   static constexpr bool kOneRound = false;      // an all-reduce crosses a cluster
   static constexpr bool kPackedParams = false;  // StoreWith reads parameters a pack at a time
   static constexpr bool kSharedParams = false;  // ReduceWith reads them from shared memory
+  static constexpr int kSlices = 1;             // CTAs that share a row (cluster rows: more)
+  static constexpr int kSliceThreads = 0;       // threads of each slice (0: no CTA team)
 
   template <typename Op, typename F>
   ROWNORM_HOST_DEVICE ReduceValue<F, Acc> Reduce(Op op, F f) {

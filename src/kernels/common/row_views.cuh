@@ -379,7 +379,8 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   using Acc = AccType<TIn>;
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
-  static constexpr int kSlices = Team::kSlices;  // CTAs that share a row (a cluster's)
+  static constexpr int kSlices = Team::kSlices;         // CTAs that share a row (a cluster's)
+  static constexpr int kSliceThreads = Team::kThreads;  // threads of each
   using InPacks = Pack<TIn, kVec>[kIn];
 
   ROWNORM_DEVICE int64_t Size() const { return n_; }
