@@ -59,8 +59,8 @@ struct OnlineSoftmaxOp {
 // s_c = Σ exp(x − m_c) (block barrier); the slices' (m_c, s_c) merged in one exchange, lane l of
 // each group of kSlices lanes taking slice l's pair: m = max m_c and s = Σ s_c·exp(m_c − m)
 // by butterfly reductions (the same bits in every lane and CTA), a slice of only −inf adding 0.
-// The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37). Where it runs: the
-// forward's op body.
+// The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37). The forward takes
+// it on 16-CTA rows of 256 threads only (see there).
 template <class Row, typename Acc = typename Row::Acc>
 ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
   constexpr Acc kLog2e = Acc(1.4426950408889634);

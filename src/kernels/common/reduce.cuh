@@ -151,9 +151,9 @@ struct ClusterReduceStorage {
 // stall cycles (ncu, H100, benchmarks/results/h100/NOTES.md §27).
 //
 // AllReduce is BlockReduce, then Merge; an op body may also run several BlockReduces before
-// one Merge (LayerNorm's slice moments: layer_norm.cuh). Set p is reused two merges later: a
-// CTA pushes into a peer's set p for merge k + 2 only after it has all partials of k + 1, the
-// peer's among them, which the peer pushed after a block barrier that followed its threads'
+// one Merge (the slice statistics of layer_norm.cuh and softmax.cuh). Set p is reused two merges
+// later: a CTA pushes into a peer's set p for merge k + 2 only after it has all partials of k + 1,
+// the peer's among them, which the peer pushed after a block barrier that followed its threads'
 // reads of the set of k. A CTA leaves the kernel
 // after its last wait, once nothing more can land in its shared memory (Finish()).
 template <int kThreads, int kCluster>
@@ -187,9 +187,10 @@ class ClusterReducer {
 
   // The second level: each CTA's value v (the same in all of its threads: a BlockReduce's
   // result) pushed to every CTA; returns combine(part), part(c) being CTA c's value, in every
-  // thread of every CTA. `combine` must read the parts in a fixed order for all CTAs to obtain
-  // the same bits. v must come from a BlockReduce called after the previous Merge: its barrier
-  // is what orders this CTA's reads of a set before its next push (see the class comment).
+  // thread of every CTA. `combine` must compute from the parts alone, in an order that does not
+  // depend on the CTA, for all CTAs to obtain the same bits. v must come from a BlockReduce
+  // called after the previous Merge: its barrier is what orders this CTA's reads of a set
+  // before its next push (see the class comment).
   template <typename V, class Combine>
   ROWNORM_DEVICE auto Merge(const V& v, Combine combine) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

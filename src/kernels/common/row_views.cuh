@@ -380,7 +380,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
   static constexpr int kSlices = Team::kSlices;         // CTAs that share a row (a cluster's)
-  static constexpr int kSliceThreads = Team::kThreads;  // threads of each
+  static constexpr int kSliceThreads = Team::kThreads;  // threads of each (a CTA's)
   using InPacks = Pack<TIn, kVec>[kIn];
 
   ROWNORM_DEVICE int64_t Size() const { return n_; }
