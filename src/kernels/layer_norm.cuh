@@ -48,7 +48,6 @@ ROWNORM_HOST_DEVICE Acc ShiftedMean(Row& row) {
 // formula, exact in real arithmetic and free of cancellation; the slices' offsets from the
 // mean taken on the shifted means, which a large common offset does not round). A constant row
 // gives S_c = 0, m_c = μ = x₀ and var = 0 exactly.
-#if defined(__CUDACC__)
 template <class Row, typename Acc = typename Row::Acc>
 ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
   const Acc x0 = row.First();
@@ -61,21 +60,18 @@ ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
     return d * d;
   });
   const Acc n = static_cast<Acc>(row.Size());
-  return row.MergeSlices(Array<Acc, 4>{{n_c, sum_c, s_c, m2_c}}, [x0, n](auto part) {
-    // Lane l of each group of kSlices lanes takes slice l's part, and two butterfly sums over
-    // the group make the totals, the same bits in every lane (an IEEE sum is commutative) and
-    // in every CTA (which all hold the same parts): a 16-byte load and 2·log2(kSlices)
-    // shuffles a thread. A loop over the parts took two loads a slice and left the 16-CTA
-    // rows 1.02-1.03x the two-all-reduce time (benchmarks/results/h100/NOTES.md §41).
-    constexpr int kSlices = Row::kSlices;
-    const Array<Acc, 4> p = part(static_cast<int>(threadIdx.x % kSlices));
-    const Acc s = WarpAllReduce<kSlices>(p[1], SumOp{}) / n;
+  return row.MergeSlices(Array<Acc, 4>{{n_c, sum_c, s_c, m2_c}}, [x0, n](const auto& parts) {
+    // Each lane takes one slice's part and two butterfly sums over the slices make the totals
+    // (reduce.cuh's SliceParts): a 16-byte load and 2·log2(kSlices) shuffles a thread. A loop
+    // over the parts took two loads a slice and left the 16-CTA rows 1.02-1.03x the
+    // two-all-reduce time (benchmarks/results/h100/NOTES.md §41).
+    const Array<Acc, 4> p = parts.Mine();
+    const Acc s = parts.Reduce(p[1], SumOp{}) / n;
     const Acc d = p[2] - s;
-    const Acc m2 = WarpAllReduce<kSlices>(p[3] + p[0] * d * d, SumOp{});
+    const Acc m2 = parts.Reduce(p[3] + p[0] * d * d, SumOp{});
     return Array<Acc, 2>{{x0 + s, m2 / n}};
   });
 }
-#endif  // __CUDACC__ (cluster rows only)
 
 template <typename T, typename Acc, typename W>
 struct LayerNormFwdOp {

@@ -54,11 +54,10 @@ struct OnlineSoftmaxOp {
   }
 };
 
-#if defined(__CUDACC__)
 // (m, s) of a cluster row: each CTA's slice in the CTA alone, its max m_c (block barrier), then
-// s_c = Σ exp(x − m_c) (block barrier); the slices' (m_c, s_c) merged in one exchange, lane l of
-// each group of kSlices lanes taking slice l's pair: m = max m_c and s = Σ s_c·exp(m_c − m)
-// by butterfly reductions (the same bits in every lane and CTA), a slice of only −inf adding 0.
+// s_c = Σ exp(x − m_c) (block barrier); the slices' (m_c, s_c) merged in one exchange, each lane
+// taking one slice's pair: m = max m_c and s = Σ s_c·exp(m_c − m) by butterfly reductions over
+// the slices (reduce.cuh's SliceParts), a slice of only −inf adding 0.
 // The slice's max is taken on the stored 16-bit pairs (row.MaxLocal: §37). The forward takes
 // it on 16-CTA rows of 256 threads only (see there).
 template <class Row, typename Acc = typename Row::Acc>
@@ -68,15 +67,13 @@ ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
   const Acc shift = m_c == -INFINITY ? Acc(0) : m_c;
   const Acc s_c = row.ReduceSlice(
       SumOp{}, [shift](const Acc* x, int64_t) { return Exp2((x[0] - shift) * kLog2e); });
-  return row.MergeSlices(Array<Acc, 2>{{m_c, s_c}}, [](auto part) {
-    constexpr int kSlices = Row::kSlices;
-    const Array<Acc, 2> p = part(static_cast<int>(threadIdx.x % kSlices));
-    const Acc m = WarpAllReduce<kSlices>(p[0], MaxOp{});
+  return row.MergeSlices(Array<Acc, 2>{{m_c, s_c}}, [](const auto& parts) {
+    const Array<Acc, 2> p = parts.Mine();
+    const Acc m = parts.Reduce(p[0], MaxOp{});
     const Acc t = p[0] == -INFINITY ? Acc(0) : p[1] * Exp2((p[0] - m) * kLog2e);
-    return Array<Acc, 2>{{m, WarpAllReduce<kSlices>(t, SumOp{})}};
+    return Array<Acc, 2>{{m, parts.Reduce(t, SumOp{})}};
   });
 }
-#endif  // __CUDACC__ (cluster rows only)
 
 template <typename T, typename Acc>
 struct SoftmaxFwdOp {

@@ -140,6 +140,22 @@ struct ClusterReduceStorage {
   uint64_t landed[2];
 };
 
+// The kCluster values a ClusterReducer::Merge hands its `combine`, from the slots they landed
+// in: part(c), CTA c's value; Mine(), the value of CTA l % kCluster for lane l, so that each
+// group of kCluster lanes holds them all; Reduce(x, op), x combined over such a group by a
+// butterfly, the same bits in every lane for an op whose result does not depend on its
+// operands' order (a sum, a max), and in every CTA, which all hold the same parts.
+template <int kCluster, typename V>
+struct SliceParts {
+  const unsigned char (&slots)[kCluster][kReduceSlotBytes];
+  ROWNORM_DEVICE const V& operator()(int c) const { return *reinterpret_cast<const V*>(slots[c]); }
+  ROWNORM_DEVICE const V& Mine() const { return (*this)(static_cast<int>(threadIdx.x % kCluster)); }
+  template <typename Op, typename X>
+  ROWNORM_DEVICE static X Reduce(X x, Op op) {
+    return WarpAllReduce<kCluster>(x, op);
+  }
+};
+
 // All-reduces over a thread-block cluster of kCluster CTAs of kThreads threads (sm_90+), one
 // object per thread, made by every thread of every CTA at the kernel's start. Each CTA reduces
 // its block, pushes its partial into slot `rank` of every CTA (st.async into distributed shared
@@ -186,7 +202,7 @@ class ClusterReducer {
   }
 
   // The second level: each CTA's value v (the same in all of its threads: a BlockReduce's
-  // result) pushed to every CTA; returns combine(part), part(c) being CTA c's value, in every
+  // result) pushed to every CTA; returns combine(parts) (SliceParts: every CTA's value) in every
   // thread of every CTA. `combine` must compute from the parts alone, in an order that does not
   // depend on the CTA, for all CTAs to obtain the same bits. v must come from a BlockReduce
   // called after the previous Merge: its barrier is what orders this CTA's reads of a set
@@ -209,11 +225,10 @@ class ClusterReducer {
     WaitBarrier(landed, (phases_ >> p) & 1u);
     phases_ ^= 1u << p;
     set_ ^= 1;
-    const auto& slots = storage_.slots[p];
-    return combine([&slots](int c) -> const V& { return *reinterpret_cast<const V*>(slots[c]); });
+    return combine(SliceParts<kCluster, V>{storage_.slots[p]});
 #else
     __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
-    return combine([&v](int) -> const V& { return v; });
+    return combine(SliceParts<kCluster, V>{storage_.slots[0]});
 #endif
   }
 

@@ -12,8 +12,8 @@
 // Rows that cross a cluster (kOneRound) also have the all-reduce's two levels apart:
 //   SliceSize()               the elements of this CTA's slice of the row;
 //   SliceAllReduce(v, op)     v combined over the threads of this CTA's slice of the row;
-//   MergeSlices(v, combine)   combine(part) with part(c) slice c's value (v in slice c), the
-//                             same in every thread; v must be a SliceAllReduce's result
+//   MergeSlices(v, combine)   combine(parts) over every slice's v (reduce.cuh's SliceParts),
+//                             the same in every thread; v must be a SliceAllReduce's result
 //                             computed after the previous MergeSlices (reduce.cuh: Merge).
 #pragma once
 
