@@ -85,6 +85,10 @@ struct LayerNormFwdOp {
   static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
   // 16-bit rows: the kept parameters wherever they fit as many clusters (op_traits.h)
   static constexpr bool kClusterParamsPerRow = sizeof(T) != 2;
+  // EXPERIMENT: register rows held to 64 registers (16-bit: 4 CTAs of 256 per SM; fp32: 2 of 512)
+  static constexpr int ClusterCtasPerSm(int, int threads) {
+    return sizeof(T) == 2 ? (threads == 256 ? 4 : 0) : sizeof(T) == 4 && threads == 512 ? 2 : 0;
+  }
 
   ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
     return {{weight, bias}, {1.0f, 0.0f}};
@@ -126,8 +130,8 @@ struct LayerNormBwdOp {
   // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM, or one of
   // 512 threads where 8 packs would hold one of 256 (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
-  // Register rows: two CTAs per SM (op_traits.h)
-  static constexpr int ClusterCtasPerSm(int) { return 2; }
+  // Register rows of 256 threads: two CTAs per SM (op_traits.h)
+  static constexpr int ClusterCtasPerSm(int, int threads) { return threads == 256 ? 2 : 0; }
   const W* weight;   // (n,) or nullptr
   const Acc* stats;  // (rows, 2): the forward's (μ, r) per row
 

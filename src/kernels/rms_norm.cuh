@@ -63,6 +63,10 @@ template <typename T, typename Acc, typename W>
 struct RmsNormFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;  // x
+  // EXPERIMENT: register rows of 256 threads held to 64 registers, 4 CTAs per SM
+  static constexpr int ClusterCtasPerSm(int, int threads) {
+    return sizeof(T) <= 4 && threads == 256 ? 4 : 0;
+  }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;
@@ -173,6 +177,10 @@ struct AddRmsNormFwdOp {
   using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
+  // EXPERIMENT: register rows of 256 threads held to 85 registers, 3 CTAs per SM
+  static constexpr int ClusterCtasPerSm(int, int threads) {
+    return sizeof(Elem) <= 4 && threads == 256 ? 3 : 0;
+  }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

@@ -195,11 +195,41 @@ constexpr auto ClusterKernel() {
   if constexpr (kKind == ClusterKind::kShared) {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
-    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
-  } else if constexpr (kThreads == kClusterThreads &&
-                       OpTraits<Op>::ClusterCtasPerSm(kCluster) > 0) {
+    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, true>;
+  } else if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
     return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                   OpTraits<Op>::ClusterCtasPerSm(kCluster)>;
+                                   OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads)>;
+  } else {
+    return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
+  }
+}
+
+// EXPERIMENT (twenty-fifth session; reverted before landing): the previous kernels of the
+// configurations this build changes, under ROWNORM_EXP_UNBOUNDED (the forwards' register rows
+// without ClusterCtasPerSm) and ROWNORM_EXP_KEPT_PLAIN (the kept-parameter rows unpipelined).
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
+          int kVecs = kClusterVecs>
+constexpr bool ExpHasOld() {
+  if constexpr (kKind == ClusterKind::kParams) {
+    return true;
+  } else if constexpr (kKind == ClusterKind::kRegisters) {
+    return OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0 &&
+           OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0;
+  } else {
+    return false;
+  }
+}
+template <ClusterKind kKind>
+inline bool ExpOldAsked() {
+  return std::getenv(kKind == ClusterKind::kParams ? "ROWNORM_EXP_KEPT_PLAIN"
+                                                   : "ROWNORM_EXP_UNBOUNDED") != nullptr;
+}
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
+          int kVecs = kClusterVecs>
+constexpr auto ExpOldKernel() {
+  constexpr int kVec = Args::kPackWidth;
+  if constexpr (kKind == ClusterKind::kParams) {
+    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, false>;
   } else {
     return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   }
@@ -305,6 +335,13 @@ cudaError_t CoResidentClusters(int* clusters) {
     *clusters = 0;
     return cudaSuccess;
   } else {
+    if constexpr (ExpHasOld<Op, Args, kThreads, kCluster, kKind, kVecs>()) {
+      if (ExpOldAsked<kKind>()) {
+        return ResidentClusters<ExpOldKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(),
+                                kThreads, kCluster,
+                                ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
+      }
+    }
     return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), kThreads,
                             kCluster, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
   }
@@ -460,6 +497,12 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
+  if constexpr (ExpHasOld<Op, Args, kThreads, kCluster, kKind, kVecs>()) {
+    if (ExpOldAsked<kKind>()) {
+      return cudaLaunchKernelEx(&cfg, ExpOldKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(),
+                                a, op);
+    }
+  }
   return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
                             op);
 }

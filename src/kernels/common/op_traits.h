@@ -12,7 +12,7 @@
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
-//     static constexpr int ClusterCtasPerSm(int cluster);  // optional, default 0 (see below)
+//     static constexpr int ClusterCtasPerSm(int cluster, int threads);  // optional, default 0 (see below)
 //     static constexpr bool kClusterParamsPerRow;  // optional, default true (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
@@ -135,7 +135,7 @@ struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
 template <class Op, class = void>
 struct HasClusterCtasPerSm : std::false_type {};
 template <class Op>
-struct HasClusterCtasPerSm<Op, std::void_t<decltype(Op::ClusterCtasPerSm(0))>> : std::true_type {};
+struct HasClusterCtasPerSm<Op, std::void_t<decltype(Op::ClusterCtasPerSm(0, 0))>> : std::true_type {};
 template <class Op, class = void>
 struct ClusterParamsPerRow : std::true_type {};
 template <class Op>
@@ -171,9 +171,9 @@ struct OpTraits {
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
   static constexpr bool kClusterParamsPerRow = op_traits_detail::ClusterParamsPerRow<Op>::value;
-  static constexpr int ClusterCtasPerSm(int cluster) {
+  static constexpr int ClusterCtasPerSm(int cluster, int threads) {
     if constexpr (op_traits_detail::HasClusterCtasPerSm<Op>::value) {
-      return Op::ClusterCtasPerSm(cluster);
+      return Op::ClusterCtasPerSm(cluster, threads);
     } else {
       return 0;
     }

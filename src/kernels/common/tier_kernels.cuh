@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
 // rows, whose threads copy their columns' parameters once into dynamic shared memory instead of
 // reading them in every row; head == tail == 0 is checked on the host).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
-          class Slices = NoParamCache>
+          class Slices = NoParamCache, bool kPipelined = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kKept = !std::is_same_v<Slices, NoParamCache>;
@@ -451,6 +451,10 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, Team, kKept, Slices>;
   __shared__ typename Team::Storage storage;
   Team team{storage};
+  const int64_t clusters = gridDim.x / kCluster;
+  const int64_t first = blockIdx.x / kCluster;
+  typename Row::Loaded loaded;
+  if constexpr (kPipelined) loaded = Row::Load(team, args, first, first < args.rows);
   const Slices* slices = nullptr;
   if constexpr (kKept) {
     auto& kept = *reinterpret_cast<Slices*>(DynamicSharedMemory());
@@ -460,10 +464,20 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
               Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
     slices = &kept;
   }
-  const int64_t clusters = gridDim.x / kCluster;
-  for (int64_t row = blockIdx.x / kCluster; row < args.rows; row += clusters) {
-    Row r(team, args, row, true, slices);
-    op(r);
+  if constexpr (kPipelined) {
+#pragma unroll 1
+    for (int64_t row = first; row < args.rows; row += clusters) {
+      const typename Row::Loaded next =
+          Row::Load(team, args, row + clusters, row + clusters < args.rows);
+      Row r(team, args, row, true, loaded, slices);
+      op(r);
+      loaded = next;
+    }
+  } else {
+    for (int64_t row = first; row < args.rows; row += clusters) {
+      Row r(team, args, row, true, slices);
+      op(r);
+    }
   }
   team.Finish();
 #else
@@ -478,10 +492,11 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 
 // Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
 // with the parameters kept per CTA.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
+          bool kPipelined = false>
 __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
-              ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>>(args, op);
+              ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>, kPipelined>(args, op);
 }
 
 // Fused parameter gradients of rows past the CTA tier: the wide CTA (kCluster = 1, 512 x 8
