@@ -257,6 +257,42 @@ def test_cluster_parameters_kept_per_cta_may_be_misaligned(dtype, monkeypatch):
         assert torch.equal(a, c)
 
 
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cluster_kept_rows_many_per_cluster(dtype, monkeypatch):
+    """The kept-parameter cluster kernel is a persistent grid; on 256-thread CTAs of one-input
+    forwards it loads a cluster's next row while it runs the current one (dispatch.cuh's
+    KeptRowsPipelined). With more rows than the GPU holds clusters (each cluster runs several,
+    the last one's "next" row past the end) and a row count no grid divides evenly, every
+    cluster length gives the bits of the register kernel, which runs one row per cluster."""
+    import rownorm
+
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [
+        n
+        for n in tier_edge_lengths(elem)
+        if plan_row_tier(n, vec).tier == "cluster" and n % vec == 0
+    ]
+    assert lengths
+    for n in lengths:
+        rows = (1 << 24) // n + 7
+        x = scaled_rows(rows, n, dtype, "cuda")
+        g = torch.Generator(device="cuda").manual_seed(n)
+        w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+        b = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+        runs, plans = {}, {}
+        for kind in ("registers", "params"):
+            monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
+            plans[kind] = rownorm.explain(x, "layer_norm")
+            with torch.no_grad():
+                runs[kind] = [rownorm.rms_norm(x, w), rownorm.layer_norm(x, w, b)]
+        if torch.cuda.get_device_capability()[0] == 9:
+            assert plans["params"].params == "once", plans["params"]
+        for a, c in zip(runs["registers"], runs["params"], strict=True):
+            assert torch.equal(a, c), (n, rows, plans["params"])
+
+
 def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
     """The forwards that read per-column parameters, every output (no autograd)."""
     import rownorm

@@ -63,10 +63,11 @@ template <typename T, typename Acc, typename W>
 struct RmsNormFwdOp {
   using Elem = T;
   static constexpr int kIn = 1;  // x
-  // EXPERIMENT: register rows of 256 threads held to 64 registers, 4 CTAs per SM
-  static constexpr int ClusterCtasPerSm(int, int threads) {
-    return sizeof(T) <= 4 && threads == 256 ? 4 : 0;
-  }
+  // Cluster rows of 256 threads held to 64 registers, four CTAs per SM (op_traits.h; ptxas
+  // alone: 71-80 at 16 bits, 76-78 at float32 on 2-4 CTAs, three per SM). H100, forward, time ÷
+  // main's plan: bf16 65535 / 65536 / 131072 0.978 / 0.982 / 0.974 (to 90 / 95 / 94% of copy),
+  // fp32 32768 0.982. benchmarks/results/h100/NOTES.md §42.
+  static constexpr int ClusterCtasPerSm(int, int threads) { return threads == 256 ? 4 : 0; }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;
@@ -177,10 +178,8 @@ struct AddRmsNormFwdOp {
   using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
-  // EXPERIMENT: register rows of 256 threads held to 85 registers, 3 CTAs per SM
-  static constexpr int ClusterCtasPerSm(int, int threads) {
-    return sizeof(Elem) <= 4 && threads == 256 ? 3 : 0;
-  }
+  // Cluster rows not held to fewer registers: at three CTAs per SM (80 registers) they spill
+  // 90-720 bytes and took 1.15-1.40x the time (benchmarks/results/h100/NOTES.md §42).
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

@@ -152,12 +152,28 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
 //               kBulkStages in flight, where the stages take at most kMaxClusterSmem (one
 //               input: every configuration; three: the 256-thread ones, one CTA per SM);
 //   kParams     ClusterParamRowKernel: forwards with per-column parameters on aligned rows, a
-//               persistent grid of register rows whose parameters are read once per CTA.
-// PlanRowOp picks, per device, the one it holds the most clusters of at once (the GPU's
-// properties, not the row count): ties go to kParams (it reads the fewest bytes), then to
-// kRegisters (measured against kShared: benchmarks/results/h100/NOTES.md §27); but kRegisters
-// wherever its rows keep the SM's DRAM busy (plan.h's ClusterParamsPerRow).
+//               persistent grid of register rows whose parameters are read once per CTA; with
+//               the next row's loads in flight where KeptRowsPipelined.
+// PlanRowOp picks, per device, the one it holds the most rows of at once (the GPU's
+// properties, not the row count; a cluster holds one row, a pipelined kParams one two): ties
+// go to kParams (it reads the fewest bytes), then to kRegisters (measured against kShared:
+// benchmarks/results/h100/NOTES.md §27); but kRegisters wherever its rows keep the SM's DRAM
+// busy (plan.h's ClusterParamsPerRow).
 constexpr int kBulkStages = 2;
+// Whether the kept-parameter rows of kThreads threads load their next row while they reduce and
+// store the current one (ClusterRows' kPipelined): one-input rows of 256 threads, whose second
+// row's 32 registers keep two CTAs per SM (101-128 registers) where the plain kernel held three
+// or four, four rows in flight as before, but no SM idle from a row's barrier to its stores. On
+// the H100 (forward, time ÷ unpipelined) layer_norm bf16 262144 0.908, fp32 65536 / 131072
+// 0.972 / 0.966 (94 / 93% of copy), rms_norm bf16 262144 0.987, fp32 131072 0.991. Not two
+// inputs (add_rms_norm: 170 registers, one CTA per SM, 1.016 at bf16 65536) nor 512 threads, which it
+// holds to one CTA per SM (rms_norm fp32 262144: as fast as two unpipelined; layer_norm fp32
+// 262144 0.99, where the register rows held to two per SM take 0.88):
+// benchmarks/results/h100/NOTES.md §42.
+template <class Args, int kThreads>
+constexpr bool KeptRowsPipelined() {
+  return Args::kNumIn == 1 && kThreads == kClusterThreads;
+}
 constexpr size_t kMaxClusterSmem = 200 * 1024;
 template <class Op, class Args, int kThreads, ClusterKind kKind, int kVecs = kClusterVecs>
 constexpr size_t ClusterSmem() {
@@ -195,41 +211,11 @@ constexpr auto ClusterKernel() {
   if constexpr (kKind == ClusterKind::kShared) {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
-    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, true>;
+    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster,
+                                 KeptRowsPipelined<Args, kThreads>()>;
   } else if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
     return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
                                    OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads)>;
-  } else {
-    return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
-  }
-}
-
-// EXPERIMENT (twenty-fifth session; reverted before landing): the previous kernels of the
-// configurations this build changes, under ROWNORM_EXP_UNBOUNDED (the forwards' register rows
-// without ClusterCtasPerSm) and ROWNORM_EXP_KEPT_PLAIN (the kept-parameter rows unpipelined).
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
-          int kVecs = kClusterVecs>
-constexpr bool ExpHasOld() {
-  if constexpr (kKind == ClusterKind::kParams) {
-    return true;
-  } else if constexpr (kKind == ClusterKind::kRegisters) {
-    return OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0 &&
-           OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0;
-  } else {
-    return false;
-  }
-}
-template <ClusterKind kKind>
-inline bool ExpOldAsked() {
-  return std::getenv(kKind == ClusterKind::kParams ? "ROWNORM_EXP_KEPT_PLAIN"
-                                                   : "ROWNORM_EXP_UNBOUNDED") != nullptr;
-}
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
-          int kVecs = kClusterVecs>
-constexpr auto ExpOldKernel() {
-  constexpr int kVec = Args::kPackWidth;
-  if constexpr (kKind == ClusterKind::kParams) {
-    return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, false>;
   } else {
     return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
   }
@@ -335,13 +321,6 @@ cudaError_t CoResidentClusters(int* clusters) {
     *clusters = 0;
     return cudaSuccess;
   } else {
-    if constexpr (ExpHasOld<Op, Args, kThreads, kCluster, kKind, kVecs>()) {
-      if (ExpOldAsked<kKind>()) {
-        return ResidentClusters<ExpOldKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(),
-                                kThreads, kCluster,
-                                ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
-      }
-    }
     return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), kThreads,
                             kCluster, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
   }
@@ -352,6 +331,20 @@ cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
   return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
     return CoResidentClusters<Op, Args, decltype(t)::value, decltype(c)::value, kKind,
                               decltype(v)::value>(clusters);
+  });
+}
+
+// The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
+// exist): two per cluster where KeptRowsPipelined.
+template <class Op, class Args>
+cudaError_t KeptRowsInFlight(const RowPlan& plan, int* rows) {
+  return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
+    constexpr int kThreads = decltype(t)::value;
+    const cudaError_t err =
+        CoResidentClusters<Op, Args, kThreads, decltype(c)::value, ClusterKind::kParams,
+                           decltype(v)::value>(rows);
+    if (KeptRowsPipelined<Args, kThreads>()) *rows *= 2;
+    return err;
   });
 }
 
@@ -432,16 +425,15 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       }
       if (err == cudaSuccess && asked(ClusterKind::kParams) && FusedOperandsAligned(a) &&
           a.n % Args::kPackWidth == 0) {
-        err = CoResidentClusters<Op, Args, ClusterKind::kParams>(*plan, &params);
+        err = KeptRowsInFlight<Op, Args>(*plan, &params);
       }
       if (err == cudaSuccess) {
         err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow (where the op
-      // allows it: OpTraits::kClusterParamsPerRow).
+      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow.
       const bool per_row =
-          params > 0 && OpTraits<Op>::kClusterParamsPerRow &&
+          params > 0 &&
           ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn, registers,
                               dev.sms, dev.dram_gbps_per_sm);
       if (params > 0 &&
@@ -497,12 +489,6 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  if constexpr (ExpHasOld<Op, Args, kThreads, kCluster, kKind, kVecs>()) {
-    if (ExpOldAsked<kKind>()) {
-      return cudaLaunchKernelEx(&cfg, ExpOldKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(),
-                                a, op);
-    }
-  }
   return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
                             op);
 }

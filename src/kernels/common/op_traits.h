@@ -13,7 +13,6 @@
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
 //     static constexpr int ClusterCtasPerSm(int cluster, int threads);  // optional, default 0 (see below)
-//     static constexpr bool kClusterParamsPerRow;  // optional, default true (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
@@ -68,18 +67,14 @@
 // benchmarks/results/h100/NOTES.md §35. The cluster tier keeps rows in flight its own way
 // (dispatch.cuh's ClusterKind), for every op.
 //
-// ClusterCtasPerSm(cluster) = c > 0: the cluster tier's 256-thread register rows of `cluster`
-// CTAs (ClusterRowKernel) run held to the registers of c CTAs per SM (ClusterRowKernelBounded,
-// tier_kernels.cuh), which the launcher weighs against its other cluster kernels by how many
-// clusters the device holds (dispatch.cuh's PlanRowOp). layer_norm's backward: 2 (ptxas alone
-// gave 131-135 registers, one CTA per SM; its 8-CTA rows, bf16 131072, took 1.30x the time:
-// NOTES.md §20); softmax / log_softmax: 4 (kernels/softmax.cuh).
-//
-// kClusterParamsPerRow = false: the cluster forward keeps its per-column parameters once per CTA
-// (ClusterParamRowKernel) wherever that kernel fits as many clusters as the register one,
-// also where plan.h's ClusterParamsPerRow would read them in every row. 16-bit layer_norm: its
-// register kernel took 1.044-1.049x the kept one's time at 131072 on the H100, 80 registers,
-// three CTAs per SM each (benchmarks/results/h100/NOTES.md §41).
+// ClusterCtasPerSm(cluster, threads) = c > 0: the cluster tier's register rows of `cluster` CTAs
+// of `threads` (ClusterRowKernel) run held to the registers of c CTAs per SM
+// (ClusterRowKernelBounded, tier_kernels.cuh), which the launcher weighs against its other
+// cluster kernels by how many rows the device holds (dispatch.cuh's PlanRowOp). layer_norm's
+// backward: 2 on 256 threads (ptxas alone gave 131-135 registers, one CTA per SM; its 8-CTA
+// rows, bf16 131072, took 1.30x the time: NOTES.md §20); softmax / log_softmax: 4 on 256
+// (kernels/softmax.cuh); the forwards of rms_norm and layer_norm (kernels/rms_norm.cuh,
+// layer_norm.cuh).
 //
 // Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
@@ -137,11 +132,6 @@ struct HasClusterCtasPerSm : std::false_type {};
 template <class Op>
 struct HasClusterCtasPerSm<Op, std::void_t<decltype(Op::ClusterCtasPerSm(0, 0))>> : std::true_type {};
 template <class Op, class = void>
-struct ClusterParamsPerRow : std::true_type {};
-template <class Op>
-struct ClusterParamsPerRow<Op, std::void_t<decltype(Op::kClusterParamsPerRow)>>
-    : std::bool_constant<Op::kClusterParamsPerRow> {};
-template <class Op, class = void>
 struct NarrowingsOf {
   using type = NoNarrowing;
 };
@@ -170,7 +160,6 @@ struct OpTraits {
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
-  static constexpr bool kClusterParamsPerRow = op_traits_detail::ClusterParamsPerRow<Op>::value;
   static constexpr int ClusterCtasPerSm(int cluster, int threads) {
     if constexpr (op_traits_detail::HasClusterCtasPerSm<Op>::value) {
       return Op::ClusterCtasPerSm(cluster, threads);

@@ -131,14 +131,16 @@ constexpr float kKeptParamsGbpsPerSm = 30.0f;
 // rows (`inputs` operands of `threads` x `packs` packs a CTA) keep at least kPerRowInFlightUs
 // of the SM's DRAM bandwidth in flight. There the persistent loop costs more than the
 // parameters' reads; with fewer rows in flight (a register kernel held to fewer CTAs by its
-// registers) the kept copy's extra CTAs count more. Measured (benchmarks/results/h100/NOTES.md
-// §40; forward, the per-row kernel's time ÷ the kept copy's, two calls): H100, about 3 CTAs
-// of 256 x 8 packs an SM (3.6 µs in flight): rms_norm bf16 65536 / 131072 0.94-0.96, fp32
-// 32768 / 65536 0.955-0.965, layer_norm fp32 0.97-0.98, add_rms_norm 0.97-1.01; 2 CTAs an SM
-// (layer_norm bf16, 2.4 µs) 1.20-1.30; 16-CTA clusters 1.03-1.39 (a 16-CTA cluster per row
-// costs more to schedule). H200: the kept copy took 0.83-0.97x the per-row kernel's time at
-// every length measured but one, 1.003 (§28).
-constexpr double kPerRowInFlightUs = 3.0;
+// registers) the kept copy's rows count more. Measured on the H100 (forward, the per-row
+// kernel's time ÷ the kept copy's): 4 CTAs of 256 x 8 packs an SM (4.8 µs in flight; the
+// register rows held to 64 registers, OpTraits::ClusterCtasPerSm): rms_norm bf16 65536 / 131072
+// 0.94 / 0.93, fp32 32768 / 65536 0.95, layer_norm bf16 0.97 / 0.98 (NOTES.md §42); 3 CTAs
+// (3.6 µs) against the pipelined kept rows (dispatch.cuh's KeptRowsPipelined): layer_norm fp32
+// 32768 1.00, 65536 1.03 (§42), where against the unpipelined ones it took 0.97-0.98 (§40);
+// 2 CTAs (2.4 µs) 1.20-1.30 (§40); 16-CTA clusters 1.03-1.39 (a 16-CTA cluster per row costs
+// more to schedule; §40, and 1.09 at layer_norm bf16 262144 in §42). H200: the kept copy took
+// 0.83-0.97x the per-row kernel's time at every length measured but one, 1.003 (§28).
+constexpr double kPerRowInFlightUs = 4.0;
 inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
                                 int register_clusters, int sms, float dram_gbps_per_sm) {
   if (cluster >= kMaxCluster || dram_gbps_per_sm <= 0 || dram_gbps_per_sm >= kKeptParamsGbpsPerSm ||

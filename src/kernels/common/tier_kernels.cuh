@@ -441,7 +441,10 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
 // ClusterRowKernel and ClusterRowKernelBounded (a cluster per row), and ClusterParamRowKernel
 // (Slices = ParamSlicesOf: a persistent grid of the clusters the device runs at once on aligned
 // rows, whose threads copy their columns' parameters once into dynamic shared memory instead of
-// reading them in every row; head == tail == 0 is checked on the host).
+// reading them in every row; head == tail == 0 is checked on the host). With kPipelined (a
+// persistent grid only) each thread issues its loads of the cluster's next row before it runs
+// the current one, so that they are in flight through the row's barriers and stores
+// (dispatch.cuh's KeptRowsPipelined).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
           class Slices = NoParamCache, bool kPipelined = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
@@ -491,9 +494,8 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 }
 
 // Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
-// with the parameters kept per CTA.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
-          bool kPipelined = false>
+// with the parameters kept per CTA, pipelined or not.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kPipelined>
 __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
               ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>, kPipelined>(args, op);
@@ -582,8 +584,8 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// The cluster tier's 256-thread register rows held to the registers of kCtasPerSm CTAs per SM,
-// for ops with OpTraits::ClusterCtasPerSm (dispatch.cuh's ClusterKernel picks it). A second
+// The cluster tier's register rows held to the registers of kCtasPerSm CTAs per SM, for ops
+// with OpTraits::ClusterCtasPerSm (dispatch.cuh's ClusterKernel picks it). A second
 // kernel, not a bound on ClusterRowKernel: any minimum-blocks argument there, even 1, changed
 // ptxas's registers for every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm
 // 1.13-1.20x slower, benchmarks/results/h100/NOTES.md §18).
