@@ -166,9 +166,9 @@ constexpr int kBulkStages = 2;
 // or four, four rows in flight as before, but no SM idle from a row's barrier to its stores. On
 // the H100 (forward, time ÷ unpipelined) layer_norm bf16 262144 0.908, fp32 65536 / 131072
 // 0.972 / 0.966 (94 / 93% of copy), rms_norm bf16 262144 0.987, fp32 131072 0.991. Not two
-// inputs (add_rms_norm: 170 registers, one CTA per SM, 1.016 at bf16 65536) nor 512 threads, which it
-// holds to one CTA per SM (rms_norm fp32 262144: as fast as two unpipelined; layer_norm fp32
-// 262144 0.99, where the register rows held to two per SM take 0.88):
+// inputs (add_rms_norm: 170 registers, one CTA per SM, 1.016 at bf16 65536) nor 512 threads,
+// which it holds to one CTA per SM (rms_norm fp32 262144: as fast as two unpipelined;
+// layer_norm fp32 262144 0.99, where the register rows held to two per SM take 0.88):
 // benchmarks/results/h100/NOTES.md §42.
 template <class Args, int kThreads>
 constexpr bool KeptRowsPipelined() {
@@ -334,6 +334,20 @@ cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
   });
 }
 
+// Whether Op's per-column parameters outweigh its rows' inputs (plan.h's kMaxPerRowParamRatio).
+template <class Op, class Args>
+constexpr bool ParamsOutweighRow() {
+  if constexpr (OpTraits<Op>::kColumnParams) {
+    using Params = decltype(std::declval<const Op&>().ColumnParams());
+    int in_bytes = 0;
+    for (int i = 0; i < Args::kNumIn; ++i) in_bytes += Args::InBytes(i);
+    return Params::kCount * static_cast<int>(sizeof(typename Params::Elem)) >
+           kMaxPerRowParamRatio * in_bytes;
+  } else {
+    return false;
+  }
+}
+
 // The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
 // exist): two per cluster where KeptRowsPipelined.
 template <class Op, class Args>
@@ -431,13 +445,15 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Kept parameters against a cluster per row: plan.h's ClusterParamsPerRow.
+      // Kept parameters against a cluster per row: plan.h's kMaxPerRowParamRatio and
+      // ClusterParamsPerRow.
+      const bool keep = params > 0 && ParamsOutweighRow<Op, Args>();
       const bool per_row =
-          params > 0 &&
+          params > 0 && !keep &&
           ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn, registers,
                               dev.sms, dev.dram_gbps_per_sm);
-      if (params > 0 &&
-          (forced.has_value() || (!per_row && params >= registers && params >= shared))) {
+      if (params > 0 && (forced.has_value() || keep ||
+                         (!per_row && params >= registers && params >= shared))) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {
         plan->stages = kBulkStages;

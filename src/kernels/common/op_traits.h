@@ -12,7 +12,7 @@
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
-//     static constexpr int ClusterCtasPerSm(int cluster, int threads);  // optional, default 0 (see below)
+//     static constexpr int ClusterCtasPerSm(int cluster, int threads);  // optional, default 0
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
@@ -130,7 +130,9 @@ struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
 template <class Op, class = void>
 struct HasClusterCtasPerSm : std::false_type {};
 template <class Op>
-struct HasClusterCtasPerSm<Op, std::void_t<decltype(Op::ClusterCtasPerSm(0, 0))>> : std::true_type {};
+using ClusterCtasPerSmOf = decltype(Op::ClusterCtasPerSm(0, 0));
+template <class Op>
+struct HasClusterCtasPerSm<Op, std::void_t<ClusterCtasPerSmOf<Op>>> : std::true_type {};
 template <class Op, class = void>
 struct NarrowingsOf {
   using type = NoNarrowing;

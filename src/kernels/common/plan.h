@@ -141,6 +141,13 @@ constexpr float kKeptParamsGbpsPerSm = 30.0f;
 // more to schedule; §40, and 1.09 at layer_norm bf16 262144 in §42). H200: the kept copy took
 // 0.83-0.97x the per-row kernel's time at every length measured but one, 1.003 (§28).
 constexpr double kPerRowInFlightUs = 4.0;
+// Per-column parameters of more than kMaxPerRowParamRatio times the bytes of the row's inputs
+// per column are kept per CTA wherever that kernel exists, whatever rows the register kernel
+// holds: read in every row, they are most of what the SMs load from L2. H100, forward, time ÷
+// the kept copy's: float32 weight and bias on 16-bit layer_norm rows (8 bytes a column against
+// 2) 1.15-1.17 at 65536 / 131072 on four register CTAs per SM, 1.23-1.24 at 262144; a float32
+// weight on 16-bit rms_norm rows (4 against 2) 0.95-0.96 (benchmarks/results/h100/NOTES.md §42).
+constexpr int kMaxPerRowParamRatio = 2;
 inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
                                 int register_clusters, int sms, float dram_gbps_per_sm) {
   if (cluster >= kMaxCluster || dram_gbps_per_sm <= 0 || dram_gbps_per_sm >= kKeptParamsGbpsPerSm ||
