@@ -84,10 +84,10 @@ struct LayerNormFwdOp {
   // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
   static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
   // Cluster rows held to 64 registers (op_traits.h): 16-bit rows on 256 threads four CTAs per SM
-  // (ptxas alone: 80 registers, three; held, 6-24 bytes spilled), float32 rows on 512 two (87, one). H100, forward, time ÷
-  // main's plan: bf16 65535 / 65536 / 131072 0.941 / 0.962 / 0.968 (to 76 / 87 / 86% of copy),
-  // fp32 262144 0.877 (72 to 83%; its kept parameters, 128 KB, held one CTA per SM).
-  // benchmarks/results/h100/NOTES.md §42.
+  // (ptxas alone: 80 registers, three; held, 6-24 bytes spilled), float32 rows on 512 two (87,
+  // one). H100, forward, time ÷ main's plan: bf16 65535 / 65536 / 131072 0.941 / 0.962 / 0.968
+  // (to 76 / 87 / 86% of copy), fp32 262144 0.877 (72 to 83%; its kept parameters, 128 KB,
+  // held one CTA per SM). benchmarks/results/h100/NOTES.md §42.
   static constexpr int ClusterCtasPerSm(int, int threads) {
     if (sizeof(T) == 2) return threads == 256 ? 4 : 0;
     return threads == 512 ? 2 : 0;

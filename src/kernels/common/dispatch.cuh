@@ -354,9 +354,8 @@ template <class Op, class Args>
 cudaError_t KeptRowsInFlight(const RowPlan& plan, int* rows) {
   return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
     constexpr int kThreads = decltype(t)::value;
-    const cudaError_t err =
-        CoResidentClusters<Op, Args, kThreads, decltype(c)::value, ClusterKind::kParams,
-                           decltype(v)::value>(rows);
+    const cudaError_t err = CoResidentClusters<Op, Args, kThreads, decltype(c)::value,
+                                               ClusterKind::kParams, decltype(v)::value>(rows);
     if (KeptRowsPipelined<Args, kThreads>()) *rows *= 2;
     return err;
   });
@@ -452,8 +451,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
           params > 0 && !keep &&
           ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn, registers,
                               dev.sms, dev.dram_gbps_per_sm);
-      if (params > 0 && (forced.has_value() || keep ||
-                         (!per_row && params >= registers && params >= shared))) {
+      if (params > 0 &&
+          (forced.has_value() || keep || (!per_row && params >= registers && params >= shared))) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {
         plan->stages = kBulkStages;
