@@ -62,8 +62,10 @@ class Plan:
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows (on GPUs
             below 30 GB/s of DRAM bandwidth per SM, such as the H100, only where the register
-            kernel holds too few rows to keep that bandwidth busy or on 16-CTA clusters:
-            ``ClusterParamsPerRow`` in ``src/kernels/common/plan.h``), the
+            kernel holds too few rows to keep that bandwidth busy, on 16-CTA clusters, or
+            where the parameters take more than twice the row's input bytes a column, as
+            float32 ones on 16-bit layer_norm rows: ``ClusterParamsPerRow`` and
+            ``kMaxPerRowParamRatio`` in ``src/kernels/common/plan.h``), the
             forwards of rms_norm / layer_norm on the 512-thread x 8-pack CTA on GPUs of at
             least 30 GB/s of DRAM bandwidth per SM (the H200, not the H100), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
