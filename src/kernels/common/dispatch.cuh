@@ -500,15 +500,6 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
         CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs>(&resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
-  } else if (const char* exp = std::getenv("ROWNORM_EXP_REG_PERSISTENT");
-             exp != nullptr && std::atoi(exp) > 0) {
-    // EXPERIMENT (twenty-fifth session; reverted before landing): the register rows as a
-    // persistent grid of `exp` times the clusters the device holds at once.
-    int resident = 0;
-    const cudaError_t err =
-        CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs>(&resident);
-    if (err != cudaSuccess) return err;
-    clusters = std::min<int64_t>(clusters, int64_t{std::max(resident, 1)} * std::atoi(exp));
   }
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
