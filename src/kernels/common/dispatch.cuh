@@ -201,6 +201,19 @@ constexpr bool ClusterKindExists() {
   }
 }
 
+// The register rows' kernel of a configuration: for rows of any alignment, or (kAligned) for
+// problems whose rows all start 16-byte aligned and hold whole packs (RowsAligned).
+template <class Op, class Args, int kThreads, int kCluster, int kVecs, bool kAligned>
+constexpr auto ClusterRegisterKernel() {
+  constexpr int kVec = Args::kPackWidth;
+  if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
+    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
+                                   OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads), kAligned>;
+  } else {
+    return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>;
+  }
+}
+
 // The cluster kernel of a configuration.
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
           int kVecs = kClusterVecs>
@@ -213,11 +226,8 @@ constexpr auto ClusterKernel() {
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster,
                                  KeptRowsPipelined<Args, kThreads>()>;
-  } else if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
-    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                   OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads)>;
   } else {
-    return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster>;
+    return ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, false>();
   }
 }
 
@@ -436,8 +446,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       if (asked(ClusterKind::kShared)) {
         err = CoResidentClusters<Op, Args, ClusterKind::kShared>(*plan, &shared);
       }
-      if (err == cudaSuccess && asked(ClusterKind::kParams) && FusedOperandsAligned(a) &&
-          a.n % Args::kPackWidth == 0) {
+      if (err == cudaSuccess && asked(ClusterKind::kParams) && RowsAligned(a)) {
         err = KeptRowsInFlight<Op, Args>(*plan, &params);
       }
       if (err == cudaSuccess) {
@@ -476,7 +485,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         const std::optional<ClusterKind> forced = ForcedClusterKind();
         const bool asked = forced == ClusterKind::kParams ||
                            (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
-        if (asked && kept > 0 && FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0 &&
+        if (asked && kept > 0 && RowsAligned(a) &&
             (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
           plan->params_once = true;
           plan->two_per_sm = false;
@@ -504,6 +513,16 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
+  if constexpr (kKind == ClusterKind::kRegisters) {
+    // EXPERIMENT (twenty-fifth session): ROWNORM_EXP_REG_GENERAL runs the general kernel.
+    if (RowsAligned(a) && std::getenv("ROWNORM_EXP_REG_GENERAL") == nullptr) {
+      constexpr auto kKernel = ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>();
+      int resident = 0;  // sets the kernel's cluster attributes (once per device)
+      const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, 0>(&resident);
+      if (err != cudaSuccess) return err;
+      return cudaLaunchKernelEx(&cfg, kKernel, a, op);
+    }
+  }
   return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
                             op);
 }

@@ -505,6 +505,13 @@ bool FusedOperandsAligned(const Args& a) {
   return ok;
 }
 
+// Whether every row of `a` starts 16-byte aligned in every operand and holds whole packs: rows
+// without head or tail scalars, which the kernels specialized for them run (kAligned).
+template <class Args>
+bool RowsAligned(const Args& a) {
+  return FusedOperandsAligned(a) && a.n % Args::kPackWidth == 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // The strided-dim path: contiguous (outer, d, inner) operands reduced over d. A CTA of
 // 32 x 8 threads owns 32 adjacent columns (32 packs of columns with kPacked). Columns of up to

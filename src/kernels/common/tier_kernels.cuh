@@ -446,12 +446,12 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
 // the current one, so that they are in flight through the row's barriers and stores
 // (dispatch.cuh's KeptRowsPipelined).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
-          class Slices = NoParamCache, bool kPipelined = false>
+          class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kKept = !std::is_same_v<Slices, NoParamCache>;
   using Team = ClusterTeam<kThreads, kCluster>;
-  using Row = CachedRow<Args, kVec, kVecs, Team, kKept, Slices>;
+  using Row = CachedRow<Args, kVec, kVecs, Team, kKept || kAligned, Slices>;
   __shared__ typename Team::Storage storage;
   Team team{storage};
   const int64_t clusters = gridDim.x / kCluster;
@@ -488,9 +488,9 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #endif
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, NoParamCache, false, kAligned>(args, op);
 }
 
 // Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
@@ -589,10 +589,11 @@ __global__ void __launch_bounds__(kThreads)
 // kernel, not a bound on ClusterRowKernel: any minimum-blocks argument there, even 1, changed
 // ptxas's registers for every cluster kernel (a bound of 2 on all 1-2 input ones made rms_norm
 // 1.13-1.20x slower, benchmarks/results/h100/NOTES.md §18).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kCtasPerSm>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, int kCtasPerSm,
+          bool kAligned>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     ClusterRowKernelBounded(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op);
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, NoParamCache, false, kAligned>(args, op);
 }
 
 // Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier's
