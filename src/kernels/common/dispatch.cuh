@@ -147,7 +147,8 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
 // The row tiers.
 
 // The cluster tier's kernels (sm_90+), per configuration:
-//   kRegisters  ClusterRowKernel: a cluster per row, the row loaded into registers;
+//   kRegisters  ClusterRowKernel: a cluster per row, the row loaded into registers (general
+//               rows, or aligned ones: ClusterRegisterKernel);
 //   kShared     BulkRowKernel: a persistent grid, the rows in shared memory by bulk copies with
 //               kBulkStages in flight, where the stages take at most kMaxClusterSmem (one
 //               input: every configuration; three: the 256-thread ones, one CTA per SM);
@@ -202,7 +203,24 @@ constexpr bool ClusterKindExists() {
 }
 
 // The register rows' kernel of a configuration: for rows of any alignment, or (kAligned) for
-// problems whose rows all start 16-byte aligned and hold whole packs (RowsAligned).
+// problems whose rows all start 16-byte aligned and hold whole packs (RowsAligned), which
+// LaunchClusterRow picks on CTAs of AlignedRegisterRows. The general rows carry the head and
+// tail scalars and a bound on every pack through every pass: on the H100 layer_norm bf16 65536
+// executed 119.0 M instructions there against 100.4 M aligned (the kept-parameter kernel,
+// aligned too: 82.7 M), and its forward is bound by instruction issue (NOTES.md §42).
+// Time general ÷ aligned: layer_norm bf16 65536 / 131072 1.046 / 1.042 (to 92 / 89% of copy),
+// fwd+bwd 1.016 / 1.014; fp32 layer_norm's aligned rows take 64 registers where the general
+// ones take 80 (four CTAs per SM against three), which makes its rows of 32768 / 65536 read
+// their parameters per row (0.955 / 0.977 the kept rows' time); the other ops within 1-2%.
+// Not the 512-thread CTAs of 16 x 512 rows: l2_normalize fp32 262144 took 1.037x the general
+// rows' time aligned, layer_norm fp32 1.009x (softmax 0.987x).
+template <int kThreads>
+constexpr bool AlignedRegisterRows() {
+  return kThreads == kClusterThreads;
+}
+
+// The register rows' kernel of a configuration, for rows of any alignment or (kAligned) for
+// aligned problems.
 template <class Op, class Args, int kThreads, int kCluster, int kVecs, bool kAligned>
 constexpr auto ClusterRegisterKernel() {
   constexpr int kVec = Args::kPackWidth;
@@ -344,6 +362,26 @@ cudaError_t CoResidentClusters(const RowPlan& plan, int* clusters) {
   });
 }
 
+// The clusters of register rows the device holds at once for `plan`, of the aligned kernel where
+// `aligned` (RowsAligned) and the configuration runs it (AlignedRegisterRows), which may hold
+// more CTAs per SM than the general one.
+template <class Op, class Args>
+cudaError_t RegisterRowsResident(const RowPlan& plan, bool aligned, int* clusters) {
+  return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
+    constexpr int kThreads = decltype(t)::value;
+    constexpr int kCluster = decltype(c)::value;
+    constexpr int kVecs = decltype(v)::value;
+    if constexpr (AlignedRegisterRows<kThreads>()) {
+      if (aligned) {
+        return ResidentClusters<ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>(),
+                                kThreads, kCluster, 0>(clusters);
+      }
+    }
+    return CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kRegisters, kVecs>(
+        clusters);
+  });
+}
+
 // Whether Op's per-column parameters outweigh its rows' inputs (plan.h's kMaxPerRowParamRatio).
 template <class Op, class Args>
 constexpr bool ParamsOutweighRow() {
@@ -450,7 +488,7 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         err = KeptRowsInFlight<Op, Args>(*plan, &params);
       }
       if (err == cudaSuccess) {
-        err = CoResidentClusters<Op, Args, ClusterKind::kRegisters>(*plan, &registers);
+        err = RegisterRowsResident<Op, Args>(*plan, RowsAligned(a), &registers);
       }
       if (err != cudaSuccess) return err;
       // Kept parameters against a cluster per row: plan.h's kMaxPerRowParamRatio and
@@ -513,9 +551,8 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
       attr, static_cast<unsigned>(kCluster * clusters), stream);
-  if constexpr (kKind == ClusterKind::kRegisters) {
-    // EXPERIMENT (twenty-fifth session): ROWNORM_EXP_REG_GENERAL runs the general kernel.
-    if (RowsAligned(a) && std::getenv("ROWNORM_EXP_REG_GENERAL") == nullptr) {
+  if constexpr (kKind == ClusterKind::kRegisters && AlignedRegisterRows<kThreads>()) {
+    if (RowsAligned(a)) {
       constexpr auto kKernel = ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>();
       int resident = 0;  // sets the kernel's cluster attributes (once per device)
       const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, 0>(&resident);
