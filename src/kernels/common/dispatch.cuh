@@ -202,9 +202,9 @@ constexpr bool ClusterKindExists() {
   }
 }
 
-// The register rows' kernel of a configuration: for rows of any alignment, or (kAligned) for
-// problems whose rows all start 16-byte aligned and hold whole packs (RowsAligned), which
-// LaunchClusterRow picks on CTAs of AlignedRegisterRows. The general rows carry the head and
+// Whether the register rows of kThreads threads have a kernel specialized for problems whose
+// rows all start 16-byte aligned and hold whole packs (RowsAligned; ClusterRegisterKernel's
+// kAligned), which LaunchClusterRow picks for them. The general rows carry the head and
 // tail scalars and a bound on every pack through every pass: on the H100 layer_norm bf16 65536
 // executed 119.0 M instructions there against 100.4 M aligned (the kept-parameter kernel,
 // aligned too: 82.7 M), and its forward is bound by instruction issue (NOTES.md §42).
