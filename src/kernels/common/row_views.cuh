@@ -635,9 +635,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 
 // The row cached in registers as packs of the storage type (converted on use, which keeps
 // 16-bit rows at half the registers). Capacity: kVecs packs per thread per slice.
-// The fused parameter-gradient kernels (tier_kernels.cuh) set kAligned (their rows have no
-// head or tail: RowGeometry::Of) and pass the ParamCache their CTA filled as `Cache`, from
-// which ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory).
+// The fused parameter-gradient kernels, the kept-parameter cluster rows and the register rows of
+// aligned problems (tier_kernels.cuh) set kAligned (their rows have no head or tail:
+// RowGeometry::Of); the first two pass the ParamCache their CTA filled as `Cache`, from which
+// ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory).
 template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
           class Cache = NoParamCache>
 class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache>, Args, kVec,

@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
 // reading them in every row; head == tail == 0 is checked on the host). With kPipelined (a
 // persistent grid only) each thread issues its loads of the cluster's next row before it runs
 // the current one, so that they are in flight through the row's barriers and stores
-// (dispatch.cuh's KeptRowsPipelined).
+// (dispatch.cuh's KeptRowsPipelined). With kAligned the register rows are those of aligned
+// problems, without head or tail scalars (dispatch.cuh's ClusterRegisterKernel).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
           class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
