@@ -180,8 +180,6 @@ struct AddRmsNormFwdOp {
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
   // Cluster rows not held to fewer registers: at three CTAs per SM (80 registers) they spill
   // 90-720 bytes and took 1.15-1.40x the time (benchmarks/results/h100/NOTES.md §42).
-  // EXPERIMENT: 16-bit cluster rows of 4 packs a thread (held to 64 registers: dispatch.cuh)
-  static constexpr int kClusterPacks = sizeof(Elem) == 2 ? 4 : 8;
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

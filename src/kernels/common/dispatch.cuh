@@ -224,12 +224,9 @@ constexpr bool AlignedRegisterRows() {
 template <class Op, class Args, int kThreads, int kCluster, int kVecs, bool kAligned>
 constexpr auto ClusterRegisterKernel() {
   constexpr int kVec = Args::kPackWidth;
-  // EXPERIMENT: the forwards' rows of 4 packs a thread held to 64 registers
-  constexpr int kHeld = kVecs == kClusterHalfVecs && OpTraits<Op>::kColumnSums == 0
-                            ? (kThreads == kClusterThreads ? 4 : 2)
-                            : OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads);
-  if constexpr (kHeld > 0) {
-    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster, kHeld, kAligned>;
+  if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
+    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
+                                   OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads), kAligned>;
   } else {
     return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>;
   }
@@ -281,17 +278,12 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
       if (narrow) return f(I256{}, IMax{}, I4{});
       if (plan.threads == kWideClusterThreads) return f(I512{}, IMax{}, I4{});
     }
-  }
-  // EXPERIMENT: the forwards of 4 packs a thread keep the rows of 8 (ROWNORM_EXP_PACKS8)
-  if constexpr (!(OpTraits<Op>::kClusterPacks == kClusterHalfVecs &&
-                  OpTraits<Op>::kColumnSums > 0)) {
-    if (narrow && plan.packs == kClusterVecs) {
-      switch (plan.cluster) {
-        case 2: return f(I256{}, I2{}, I8{});
-        case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
-        case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
-        case kMaxCluster: return f(I256{}, IMax{}, I8{});
-      }
+  } else if (narrow && plan.packs == kClusterVecs) {
+    switch (plan.cluster) {
+      case 2: return f(I256{}, I2{}, I8{});
+      case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
+      case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
+      case kMaxCluster: return f(I256{}, IMax{}, I8{});
     }
   }
   return cudaErrorInvalidConfiguration;
@@ -482,12 +474,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   DeviceInfo dev;
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  const char* exp_packs8 = std::getenv("ROWNORM_EXP_PACKS8");  // EXPERIMENT
-  const int cluster_packs = exp_packs8 != nullptr && exp_packs8[0] == '1'
-                                ? kClusterVecs
-                                : OpTraits<Op>::kClusterPacks;
   *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
-                         OpTraits<Op>::kWideCta, cluster_packs);
+                         OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
