@@ -614,27 +614,15 @@ cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaS
     }
   }
   if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
-  const char* exp_general = std::getenv("ROWNORM_EXP_CTA_GENERAL");  // EXPERIMENT
-  const bool aligned = RowsAligned(a) && !(exp_general != nullptr && exp_general[0] == '1');
   if constexpr (WideTwoPerSmExists<Op, Args, kThreads, kVecs>()) {
     if (plan.two_per_sm) {
-      if (aligned) {
-        CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads, true>
-            <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-      } else {
-        CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads>
-            <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-      }
+      CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads>
+          <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
       return cudaGetLastError();
     }
   }
   if (plan.two_per_sm) return cudaErrorInvalidConfiguration;
-  if (aligned) {
-    CtaRowKernel<Op, Args, kVec, kVecs, kThreads, true>
-        <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-  } else {
-    CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-  }
+  CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
