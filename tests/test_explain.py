@@ -33,9 +33,14 @@ MAX_LOG2 = 21  # past the largest cached configuration of every element size
 
 
 def table(
-    n: int, elem_size: int, clusters: bool = True, wide: bool = True, packs: int = 8
+    n: int,
+    elem_size: int,
+    clusters: bool = True,
+    wide: bool = True,
+    packs: int = 8,
+    wide_packs: int = 0,
 ) -> dict[str, str]:
-    raw = torch.ops.rownorm.plan_row_tier(n, elem_size, clusters, wide, packs)
+    raw = torch.ops.rownorm.plan_row_tier(n, elem_size, clusters, wide, packs, wide_packs)
     words = dict(w.split("=", 1) for w in raw.split())
     del words["rows"], words["n"]
     return words
@@ -49,13 +54,15 @@ def capacity(plan: dict[str, str]) -> float:
     return per_row * int(plan["packs"]) * int(plan["vec"])
 
 
-def tier_edges(elem_size: int, clusters: bool, wide: bool, packs: int = 8) -> list[int]:
+def tier_edges(
+    elem_size: int, clusters: bool, wide: bool, packs: int = 8, wide_packs: int = 0
+) -> list[int]:
     """The lengths n where the table's plan for n + 1 differs from the plan for n."""
     return [
         1 << k
         for k in range(MAX_LOG2)
-        if table(1 << k, elem_size, clusters, wide, packs)
-        != table((1 << k) + 1, elem_size, clusters, wide, packs)
+        if table(1 << k, elem_size, clusters, wide, packs, wide_packs)
+        != table((1 << k) + 1, elem_size, clusters, wide, packs, wide_packs)
     ]
 
 
@@ -65,24 +72,26 @@ TABLES = [
         c,
         w,
         p,
-        id=f"{e}B-{'clusters' if c else 'noclusters'}-{'wide' if w else 'narrow'}-{p}packs",
+        wp,
+        id=f"{e}B-{'clusters' if c else 'noclusters'}-{'wide' if w else 'narrow'}-{p}packs"
+        + (f"-wide{wp}" if wp else ""),
     )
     for e in (2, 4)
     for c in (True, False)
     for w in (True, False)
-    for p in (8, 4)
+    for p, wp in ((8, 0), (4, 0), (4, 8))
 ]
 
 
 # ---- the table (CPU: no GPU needed) ----
 
 
-@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs"), TABLES)
-def test_table_edges_are_full_configurations(elem_size, clusters, wide, packs):
+@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs", "wide_packs"), TABLES)
+def test_table_edges_are_full_configurations(elem_size, clusters, wide, packs, wide_packs):
     def plan(n):
-        return table(n, elem_size, clusters, wide, packs)
+        return table(n, elem_size, clusters, wide, packs, wide_packs)
 
-    edges = tier_edges(elem_size, clusters, wide, packs)
+    edges = tier_edges(elem_size, clusters, wide, packs, wide_packs)
     assert edges, "the table never changes plan"
     for k in range(MAX_LOG2):
         lo, hi = (1 << k) + 1, 1 << (k + 1)
@@ -98,25 +107,27 @@ def test_table_edges_are_full_configurations(elem_size, clusters, wide, packs):
     assert edges == tier_edges(elem_size, clusters, wide)
 
 
-@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs"), TABLES)
-def test_table_plan_holds_the_row(elem_size, clusters, wide, packs):
+@pytest.mark.parametrize(("elem_size", "clusters", "wide", "packs", "wide_packs"), TABLES)
+def test_table_plan_holds_the_row(elem_size, clusters, wide, packs, wide_packs):
     vec = 16 // elem_size
+    # the 4-pack rows' last shape: 16 CTAs of 512, or of 256 where the wide cluster keeps 8
+    half_end = 16 * (256 if wide_packs == 8 else 512) * 4 * vec
     for k in range(MAX_LOG2):
         for n in {1 << k, (1 << k) + 1, 3 << k}:
-            plan = table(n, elem_size, clusters, wide, packs)
+            plan = table(n, elem_size, clusters, wide, packs, wide_packs)
             assert int(plan["vec"]) == vec
             assert capacity(plan) >= n, (n, plan)
             if plan["tier"] == "cluster":
                 assert clusters, (n, plan)
-                # 4 packs a thread on 8 and 16 CTAs of 256, then on 16 of 512: rows past two
-                # CTAs of 256 x 8 packs that 16 CTAs of 512 x 4 hold
-                half = 2 * 256 * 8 * vec < n <= 16 * 512 * 4 * vec
+                # 4 packs a thread on 8 and 16 CTAs of 256, then on 16 of 512 (not with
+                # wide_packs = 8): rows past two CTAs of 256 x 8 packs that the last holds
+                half = 2 * 256 * 8 * vec < n <= half_end
                 assert plan["packs"] == str(4 if packs == 4 and half else 8), (n, plan)
                 if plan["packs"] == "4":
                     assert plan["cluster"] in ("8", "16"), (n, plan)
-                    wide = n > 16 * 256 * 4 * vec
-                    assert plan["threads"] == ("512" if wide else "256"), (n, plan)
-                    assert plan["cluster"] == "16" or not wide, (n, plan)
+                    on_512 = n > 16 * 256 * 4 * vec
+                    assert plan["threads"] == ("512" if on_512 else "256"), (n, plan)
+                    assert plan["cluster"] == "16" or not on_512, (n, plan)
             if plan["tier"] == "cta" and int(plan["threads"]) * int(plan["packs"]) >= 4096:
                 assert wide, f"the wide CTA planned for an op without it: {n}, {plan}"
             if plan["tier"] == "streaming" and clusters:
@@ -146,6 +157,7 @@ def test_table_float64_streams():
         ((0, 4), "n must be >= 1, got 0"),
         ((16, 3), "elem_size must be 2, 4 or 8"),
         ((16, 2, True, True, 6), "cluster_packs must be 8 or 4, got 6"),
+        ((16, 2, True, True, 8, 4), "wide_cluster_packs must be 0, 8 or cluster_packs"),
     ],
 )
 def test_table_bad_arguments(args, match):
@@ -217,18 +229,21 @@ def test_log_plan_cpu():
 # ---- explain on a GPU: the table's plan at every edge ----
 
 
-def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int]:
-    """(clusters, wide, packs) the launcher plans with: clusters on sm_90+ unless
+def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int, int]:
+    """(clusters, wide, packs, wide_packs) the launcher plans with: clusters on sm_90+ unless
     ROWNORM_DISABLE_CLUSTERS; the wide CTA unless the op sets kWideCta = false (the LayerNorm
     backward and the three-input RMSNorm backward of add_rms_norm: layer_norm.cuh,
     rms_norm.cuh); 4 packs a thread on the cluster tier for the 16-bit LayerNorm and RMSNorm
-    backward (kClusterPacks)."""
+    backward and add_rms_norm's 16-bit forward (kClusterPacks), whose wide cluster keeps 8
+    (kWideClusterPacks)."""
     clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
         "ROWNORM_DISABLE_CLUSTERS", "0"
     ) in ("", "0")
     wide = not (backward and op in ("layer_norm", "add_rms_norm"))
-    packs = 4 if backward and op in ("layer_norm", "rms_norm") and elem == 2 else 8
-    return clusters, wide, packs
+    half = op in ("layer_norm", "rms_norm") if backward else op == "add_rms_norm"
+    packs = 4 if half and elem == 2 else 8
+    wide_packs = 8 if packs == 4 and not backward else 0
+    return clusters, wide, packs, wide_packs
 
 
 def _row_words(plan: rownorm.Plan) -> dict[str, str]:
@@ -245,15 +260,16 @@ def _row_words(plan: rownorm.Plan) -> dict[str, str]:
 @pytest.mark.parametrize("op", EXPLAINED_OPS)
 def test_explain_follows_the_table(op, dtype, backward):
     elem = torch.empty((), dtype=dtype).element_size()
-    clusters, wide, packs = _gpu_table_args(op, backward, elem)
-    edges = tier_edges(elem, clusters, wide, packs)
+    clusters, wide, packs, wide_packs = _gpu_table_args(op, backward, elem)
+    edges = tier_edges(elem, clusters, wide, packs, wide_packs)
     for m in edges:
         for n in (m, m + 1):
             plan = rownorm.explain(
                 torch.randn(2, n, dtype=dtype, device="cuda"), op, -1, backward=backward
             )
             assert plan.path == "rows" and (plan.rows, plan.n) == (2, n)
-            assert _row_words(plan) == table(n, elem, clusters, wide, packs), (op, n, plan.raw)
+            expected = table(n, elem, clusters, wide, packs, wide_packs)
+            assert _row_words(plan) == expected, (op, n, plan.raw)
     # ... so the tier changes exactly at the edges.
     tiers = [
         rownorm.explain(torch.randn(1, m + d, dtype=dtype, device="cuda"), op, backward=backward)
@@ -269,7 +285,7 @@ def test_explain_follows_the_table(op, dtype, backward):
 @pytest.mark.parametrize("op", PARAM_OPS)
 def test_explain_param_grads(op, dtype):
     elem = torch.empty((), dtype=dtype).element_size()
-    clusters, wide, cluster_packs = _gpu_table_args(op, True, elem)
+    clusters, wide, cluster_packs, _ = _gpu_table_args(op, True, elem)
     sums = 2 if op == "layer_norm" else 1
     for m in tier_edges(elem, clusters, wide, cluster_packs):
         plan = rownorm.explain(

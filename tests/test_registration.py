@@ -187,7 +187,7 @@ DIAGNOSTIC_SCHEMAS = {
     "plan_info": "plan_info(Tensor x, str op, int dim=-1, bool backward=False, "
                  "bool param_grads=False) -> str",
     "plan_row_tier": "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True, "
-                     "int cluster_packs=8) -> str",
+                     "int cluster_packs=8, int wide_cluster_packs=0) -> str",
 }  # fmt: skip
 
 

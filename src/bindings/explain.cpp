@@ -125,9 +125,10 @@ std::string PlanInfo(Tensor x, std::string op, int64_t dim, bool backward, bool 
 // The tier table alone (PlanRowTier through PlanRowProblem), on any machine: rows of n elements
 // of elem_size bytes whose operands allow full packs, of an op that may run the wide CTA
 // (`wide`: OpTraits::kWideCta) and whose cluster rows hold cluster_packs packs a thread
-// (OpTraits::kClusterPacks).
+// (OpTraits::kClusterPacks), wide_cluster_packs on the 16 x 512 cluster
+// (OpTraits::kWideClusterPacks; 0: as cluster_packs).
 std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wide,
-                            int64_t cluster_packs) {
+                            int64_t cluster_packs, int64_t wide_cluster_packs) {
   constexpr const char* kTable = "plan_row_tier";
   ROWNORM_CHECK(n >= 1, kTable, ": n must be >= 1, got ", n);
   ROWNORM_CHECK(elem_size == 2 || elem_size == 4 || elem_size == 8, kTable,
@@ -135,9 +136,16 @@ std::string PlanRowTierInfo(int64_t n, int64_t elem_size, bool clusters, bool wi
   ROWNORM_CHECK(cluster_packs == kClusterVecs || cluster_packs == kClusterHalfVecs, kTable,
                 ": cluster_packs must be ", kClusterVecs, " or ", kClusterHalfVecs, ", got ",
                 cluster_packs);
+  ROWNORM_CHECK(wide_cluster_packs == 0 || wide_cluster_packs == cluster_packs ||
+                    wide_cluster_packs == kClusterVecs,
+                kTable, ": wide_cluster_packs must be 0, ", kClusterVecs,
+                " or cluster_packs (the 4-pack rows of the wide cluster follow those of 256 "
+                "threads), got ",
+                wide_cluster_packs, " with cluster_packs=", cluster_packs);
   const int size = static_cast<int>(elem_size);
   return Describe(PlanRowProblem(n, size, PackWidth(size), clusters, wide,
-                                 static_cast<int>(cluster_packs))) +
+                                 static_cast<int>(cluster_packs),
+                                 static_cast<int>(wide_cluster_packs))) +
          " rows=1 n=" + std::to_string(n);
 }
 

@@ -58,5 +58,5 @@ STABLE_TORCH_LIBRARY(rownorm, m) {
       "-> str");
   m.def(
       "plan_row_tier(int n, int elem_size, bool clusters=True, bool wide=True, "
-      "int cluster_packs=8) -> str");
+      "int cluster_packs=8, int wide_cluster_packs=0) -> str");
 }

@@ -88,7 +88,7 @@ struct LayerNormFwdOp {
   // one). H100, forward, time ÷ main's plan: bf16 65535 / 65536 / 131072 0.941 / 0.962 / 0.968
   // (to 76 / 87 / 86% of copy), fp32 262144 0.877 (72 to 83%; its kept parameters, 128 KB,
   // held one CTA per SM). benchmarks/results/h100/NOTES.md §42.
-  static constexpr int ClusterCtasPerSm(int, int threads) {
+  static constexpr int ClusterCtasPerSm(int, int threads, int) {
     if (sizeof(T) == 2) return threads == 256 ? 4 : 0;
     return threads == 512 ? 2 : 0;
   }
@@ -134,7 +134,7 @@ struct LayerNormBwdOp {
   // 512 threads where 8 packs would hold one of 256 (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
   // Register rows of 256 threads: two CTAs per SM (op_traits.h)
-  static constexpr int ClusterCtasPerSm(int, int threads) { return threads == 256 ? 2 : 0; }
+  static constexpr int ClusterCtasPerSm(int, int threads, int) { return threads == 256 ? 2 : 0; }
   const W* weight;   // (n,) or nullptr
   const Acc* stats;  // (rows, 2): the forward's (μ, r) per row
 

@@ -67,7 +67,7 @@ struct RmsNormFwdOp {
   // alone: 71-80 at 16 bits, 76-78 at float32 on 2-4 CTAs, three per SM). H100, forward, time ÷
   // main's plan: bf16 65535 / 65536 / 131072 0.978 / 0.982 / 0.974 (to 90 / 95 / 94% of copy),
   // fp32 32768 0.982. benchmarks/results/h100/NOTES.md §42.
-  static constexpr int ClusterCtasPerSm(int, int threads) { return threads == 256 ? 4 : 0; }
+  static constexpr int ClusterCtasPerSm(int, int threads, int) { return threads == 256 ? 4 : 0; }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;
@@ -178,8 +178,19 @@ struct AddRmsNormFwdOp {
   using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
   static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
-  // Cluster rows not held to fewer registers: at three CTAs per SM (80 registers) they spill
-  // 90-720 bytes and took 1.15-1.40x the time (benchmarks/results/h100/NOTES.md §42).
+  // 16-bit rows on clusters of 8 and 16 CTAs of 256 x 4 packs a thread (op_traits.h), held to
+  // 64 registers, four CTAs per SM: at 8 packs the two inputs took 103-128 registers, two CTAs
+  // per SM (held to three, they spilled 90-720 bytes and took 1.15-1.40x the time, §42). H100,
+  // forward, time 8 packs ÷ 4: bf16 40000 / 65535 / 65536 / 131072 1.049 / 1.036 / 1.036 /
+  // 1.041 (to 94 / 95 / 97 / 96% of copy), fp16 1.026-1.049; fwd+bwd 1.024 / 1.026 at 65536 /
+  // 131072. Longer rows keep 8 packs (kWideClusterPacks): on 16 CTAs of 512 x 4 bf16 196608 /
+  // 262144 took 1.045 / 1.027x the time of the kept-parameter rows of 16 CTAs of 256 x 8.
+  // benchmarks/results/h100/NOTES.md §43.
+  static constexpr int kClusterPacks = sizeof(Elem) == 2 ? 4 : 8;
+  static constexpr int kWideClusterPacks = 8;
+  static constexpr int ClusterCtasPerSm(int, int threads, int packs) {
+    return threads == 256 && packs == 4 ? 4 : 0;
+  }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

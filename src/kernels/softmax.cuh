@@ -85,7 +85,7 @@ struct SoftmaxFwdOp {
   // 0.959 / 0.887 (4 / 8 CTAs), 40000 0.868, log_softmax 131072 0.912, fp32 65536 0.972; 16-CTA
   // rows from 72 to 82% of copy (bf16 262144). Not fp32 rows of 4 CTAs (16385-32768): at 99% of
   // copy alone, 1.047x held (30 bytes spilled). benchmarks/results/h100/NOTES.md §36.
-  static constexpr int ClusterCtasPerSm(int cluster, int threads) {
+  static constexpr int ClusterCtasPerSm(int cluster, int threads, int) {
     return threads != 256 || (sizeof(T) == 4 && cluster <= 4) ? 0 : 4;
   }
   bool log;

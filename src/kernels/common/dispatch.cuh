@@ -224,9 +224,9 @@ constexpr bool AlignedRegisterRows() {
 template <class Op, class Args, int kThreads, int kCluster, int kVecs, bool kAligned>
 constexpr auto ClusterRegisterKernel() {
   constexpr int kVec = Args::kPackWidth;
-  if constexpr (OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads) > 0) {
-    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                   OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads), kAligned>;
+  constexpr int kHeld = OpTraits<Op>::ClusterCtasPerSm(kCluster, kThreads, kVecs);
+  if constexpr (kHeld > 0) {
+    return ClusterRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kCluster, kHeld, kAligned>;
   } else {
     return ClusterRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>;
   }
@@ -252,8 +252,8 @@ constexpr auto ClusterKernel() {
 // f(kThreads, kCluster, kVecs) (std::integral_constant<int, ·> each) for the cluster-tier
 // configuration of `plan` that the table plans for Op (plan.h): 256 x 8-pack clusters of 2-16
 // CTAs, the wide cluster (16 x 512 x 8); for ops with kClusterPacks = 4, 256 x 8 packs on 2
-// CTAs, 256 x 4 on 8 and 16, 512 x 4 on 16 and the wide cluster only.
-// cudaErrorInvalidConfiguration for a configuration the table never plans.
+// CTAs, 256 x 4 on 8 and 16, then 512 x 4 on 16 (kWideClusterPacks = 4) or 256 x 8 on 16, and
+// the wide cluster. cudaErrorInvalidConfiguration for a configuration the table never plans.
 template <class Op, class F>
 cudaError_t WithClusterShape(const RowPlan& plan, F f) {
   static_assert(OpTraits<Op>::kClusterPacks == kClusterVecs ||
@@ -276,7 +276,14 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
     }
     if (plan.packs == kClusterHalfVecs && plan.cluster == kMaxCluster) {
       if (narrow) return f(I256{}, IMax{}, I4{});
-      if (plan.threads == kWideClusterThreads) return f(I512{}, IMax{}, I4{});
+      if constexpr (OpTraits<Op>::kWideClusterPacks == kClusterHalfVecs) {
+        if (plan.threads == kWideClusterThreads) return f(I512{}, IMax{}, I4{});
+      }
+    }
+    if constexpr (OpTraits<Op>::kWideClusterPacks == kClusterVecs) {
+      if (narrow && plan.packs == kClusterVecs && plan.cluster == kMaxCluster) {
+        return f(I256{}, IMax{}, I8{});
+      }
     }
   } else if (narrow && plan.packs == kClusterVecs) {
     switch (plan.cluster) {
@@ -444,17 +451,18 @@ template <class Op, class Args, int kThreads, int kVecs>
 constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
 
 // How many CTAs of the wide CTA's kernels of `Op` the device holds at once: CtaRowKernel
-// (*plain), CtaRowKernel2PerSm (*two; 0 where the op has none) and CtaParamRowKernel (*kept;
-// 0 where the op has none).
-template <class Op, class Args>
+// (*plain), CtaRowKernel2PerSm (*two; 0 where the op has none), both those LaunchCtaRow runs
+// for rows `aligned` or not, and CtaParamRowKernel (*kept; 0 where the op has none).
+template <class Op, class Args, bool kAligned>
 cudaError_t WideCtaResidency(int* plain, int* two, int* kept) {
   constexpr int kT = kWideCtaThreads;
   constexpr int kV = kWideCtaVecs;
+  constexpr int kVec = Args::kPackWidth;
   *two = *kept = 0;
-  cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, Args::kPackWidth, kV, kT>, 0>(kT, plain);
+  cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, plain);
   if constexpr (WideTwoPerSmExists<Op, Args, kT, kV>()) {
     if (err == cudaSuccess) {
-      err = ResidentCtas<CtaRowKernel2PerSm<Op, Args, Args::kPackWidth, kV, kT>, 0>(kT, two);
+      err = ResidentCtas<CtaRowKernel2PerSm<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, two);
     }
   }
   if constexpr (CtaParamsExist<Op, Args, kT, kV>()) {
@@ -475,7 +483,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
-                         OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks);
+                         OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks,
+                         OpTraits<Op>::kWideClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
@@ -517,7 +526,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         // SM where that measured faster, if the device holds as many CTAs of that kernel as of
         // the one that reads them per row (ties: the fewer bytes).
         int plain = 0, two = 0, kept = 0;
-        err = WideCtaResidency<Op, Args>(&plain, &two, &kept);
+        err = RowsAligned(a) ? WideCtaResidency<Op, Args, true>(&plain, &two, &kept)
+                             : WideCtaResidency<Op, Args, false>(&plain, &two, &kept);
         if (err != cudaSuccess) return err;
         plan->two_per_sm = two > plain;
         const std::optional<ClusterKind> forced = ForcedClusterKind();
@@ -601,9 +611,31 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The CTA tier's rows of one kind (CtaRows' kAligned).
+template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
+cudaError_t LaunchCtaRows(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
+  constexpr int kVec = Args::kPackWidth;
+  if constexpr (WideTwoPerSmExists<Op, Args, kThreads, kVecs>()) {
+    if (plan.two_per_sm) {
+      CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads, kAligned>
+          <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+      return cudaGetLastError();
+    }
+  }
+  if (plan.two_per_sm) return cudaErrorInvalidConfiguration;
+  CtaRowKernel<Op, Args, kVec, kVecs, kThreads, kAligned>
+      <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
+  return cudaGetLastError();
+}
+
+// The CTA tier: the kept parameters where planned, else the rows of aligned problems
+// (RowsAligned) on their own kernels. Those carry no head or tail scalars and no bound on every
+// pack. On the H100 (forward, time general ÷ aligned; NOTES.md §43): 16-bit layer_norm 32768
+// (the wide CTA two per SM, whose general kernel spills at 64 registers) 1.078, and with
+// float32 parameters 1.037 / 1.453 / 1.073 at 8192 / 16384 / 32768, rms_norm's 32768 with
+// them 1.046 (its aligned wide CTA takes 60 registers, two per SM); the others 0.99-1.02.
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
-  constexpr int kVec = Args::kPackWidth;
   if constexpr (CtaParamsExist<Op, Args, kThreads, kVecs>()) {
     if (plan.params_once) {
       bool launched = false;
@@ -614,16 +646,8 @@ cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaS
     }
   }
   if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
-  if constexpr (WideTwoPerSmExists<Op, Args, kThreads, kVecs>()) {
-    if (plan.two_per_sm) {
-      CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads>
-          <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-      return cudaGetLastError();
-    }
-  }
-  if (plan.two_per_sm) return cudaErrorInvalidConfiguration;
-  CtaRowKernel<Op, Args, kVec, kVecs, kThreads><<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
-  return cudaGetLastError();
+  return RowsAligned(a) ? LaunchCtaRows<Op, Args, kThreads, kVecs, true>(a, op, plan, stream)
+                        : LaunchCtaRows<Op, Args, kThreads, kVecs, false>(a, op, plan, stream);
 }
 
 // Runs `op` on every row of `a` on `stream` as `plan` (PlanRowOp of `a`) says; the caller has

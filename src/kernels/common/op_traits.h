@@ -12,7 +12,9 @@
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
 //     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
-//     static constexpr int ClusterCtasPerSm(int cluster, int threads);  // optional, default 0
+//     static constexpr int kWideClusterPacks;  // optional, default kClusterPacks (see below)
+//     static constexpr int ClusterCtasPerSm(int cluster, int threads, int packs);  // optional,
+//                                            // default 0 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
@@ -55,7 +57,12 @@
 // rms_norm, whose fused column sums (in shared memory) then fit two CTAs per SM where 8 packs a
 // thread fit one (layer_norm's two sums; on 16 CTAs of 512, one CTA of 16 warps where 8 packs
 // had one of 8), or four where 8 packs fit two (rms_norm's one): benchmarks/results/h100/NOTES.md
-// §34, §37.
+// §34, §37. And for add_rms_norm's 16-bit forward, whose two inputs at 8 packs took 103-128
+// registers (two CTAs per SM): kernels/rms_norm.cuh.
+//
+// kWideClusterPacks = 8 with kClusterPacks = 4: the 4-pack rows end at 16 CTAs of 256; longer
+// rows run 16 CTAs of 256 x 8 packs and the wide cluster as other ops do (add_rms_norm's
+// forward, whose kept-parameter rows there beat 16 CTAs of 512 x 4: kernels/rms_norm.cuh).
 //
 // kWideCtaTwoPerSm = true (ops of one input): the wide CTA (512 threads x 8 packs) runs held to
 // 64 registers a thread, two CTAs per SM (CtaRowKernel2PerSm, tier_kernels.cuh), where the
@@ -67,14 +74,15 @@
 // benchmarks/results/h100/NOTES.md §35. The cluster tier keeps rows in flight its own way
 // (dispatch.cuh's ClusterKind), for every op.
 //
-// ClusterCtasPerSm(cluster, threads) = c > 0: the cluster tier's register rows of `cluster` CTAs
-// of `threads` (ClusterRowKernel) run held to the registers of c CTAs per SM
+// ClusterCtasPerSm(cluster, threads, packs) = c > 0: the cluster tier's register rows of
+// `cluster` CTAs of `threads` x `packs` (ClusterRowKernel) run held to the registers of c CTAs
+// per SM
 // (ClusterRowKernelBounded, tier_kernels.cuh), which the launcher weighs against its other
 // cluster kernels by how many rows the device holds (dispatch.cuh's PlanRowOp). layer_norm's
 // backward: 2 on 256 threads (ptxas alone gave 131-135 registers, one CTA per SM; its 8-CTA
 // rows, bf16 131072, took 1.30x the time: NOTES.md §20); softmax / log_softmax: 4 on 256
-// (kernels/softmax.cuh); the forwards of rms_norm and layer_norm (kernels/rms_norm.cuh,
-// layer_norm.cuh).
+// (kernels/softmax.cuh); the forwards of rms_norm, add_rms_norm and layer_norm
+// (kernels/rms_norm.cuh, layer_norm.cuh).
 //
 // Narrowings (args.h): operands stored in a type narrower than Elem / OutElem, which are then
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
@@ -128,9 +136,14 @@ template <class Op>
 struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
     : std::integral_constant<int, Op::kClusterPacks> {};
 template <class Op, class = void>
+struct WideClusterPacks : ClusterPacks<Op> {};
+template <class Op>
+struct WideClusterPacks<Op, std::void_t<decltype(Op::kWideClusterPacks)>>
+    : std::integral_constant<int, Op::kWideClusterPacks> {};
+template <class Op, class = void>
 struct HasClusterCtasPerSm : std::false_type {};
 template <class Op>
-using ClusterCtasPerSmOf = decltype(Op::ClusterCtasPerSm(0, 0));
+using ClusterCtasPerSmOf = decltype(Op::ClusterCtasPerSm(0, 0, 0));
 template <class Op>
 struct HasClusterCtasPerSm<Op, std::void_t<ClusterCtasPerSmOf<Op>>> : std::true_type {};
 template <class Op, class = void>
@@ -162,9 +175,12 @@ struct OpTraits {
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
-  static constexpr int ClusterCtasPerSm(int cluster, int threads) {
+  static constexpr int kWideClusterPacks = op_traits_detail::WideClusterPacks<Op>::value;
+  static_assert(kWideClusterPacks == kClusterPacks || kWideClusterPacks == 8,
+                "the 4-pack rows of the wide cluster follow those of 256 threads");
+  static constexpr int ClusterCtasPerSm(int cluster, int threads, int packs) {
     if constexpr (op_traits_detail::HasClusterCtasPerSm<Op>::value) {
-      return Op::ClusterCtasPerSm(cluster, threads);
+      return Op::ClusterCtasPerSm(cluster, threads, packs);
     } else {
       return 0;
     }

@@ -179,13 +179,18 @@ inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
 //                                    then 16 of 512 (to 262144 16-bit; the 16-bit backward of
 //                                    layer_norm and rms_norm: more of its fused sums' CTAs fit
 //                                    an SM, or, for layer_norm's two sums at 131073-262144, one
-//                                    CTA of 16 warps where 8 packs would hold one of 8);
+//                                    CTA of 16 warps where 8 packs would hold one of 8), or,
+//                                    with `wide_cluster_packs` = 8 (0: as `cluster_packs`), 16
+//                                    CTAs of 256 x 8 packs (add_rms_norm's 16-bit forward: more
+//                                    rows in flight per SM on 256 threads; its kept parameters
+//                                    past them, OpTraits::kWideClusterPacks);
 //           n <= 16 CTAs x 512 x 8 packs (262144 / 524288): 16 CTAs of 512 threads.
 //   otherwise: streaming (two or more passes over the row, the later ones mostly from L2).
 // Every boundary is a power of two. They follow the register budget;
 // benchmarks/results/h100/NOTES.md has the measurements.
 inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cta,
-                           int cluster_packs = kClusterVecs) {
+                           int cluster_packs = kClusterVecs, int wide_cluster_packs = 0) {
+  if (wide_cluster_packs == 0) wide_cluster_packs = cluster_packs;
   n = std::max(n, PlanLengthFloor());
   if (n <= int64_t{kPlanWarpSize} * kGroupVecs * vec) {
     int width = std::max(4, vec);
@@ -209,6 +214,7 @@ inline RowPlan PlanRowTier(int64_t n, int vec, bool clusters, bool wide_cta,
       for (const auto& [threads, cluster] :
            {std::pair{kClusterThreads, 8}, std::pair{kClusterThreads, kMaxCluster},
             std::pair{kWideClusterThreads, kMaxCluster}}) {
+        if (threads == kWideClusterThreads && wide_cluster_packs != kClusterHalfVecs) break;
         if (n <= int64_t{cluster} * threads * kClusterHalfVecs * vec) {
           return {RowTier::kCluster, vec, 0, threads, cluster, kClusterHalfVecs};
         }
@@ -256,14 +262,15 @@ int RowVecWidth(const Args& a) {
 
 // The plan of a row problem of `elem_size`-byte elements whose operands allow loads of
 // `load_vec` elements (RowVecWidth). `wide_cta`: the op may run the wide CTA (OpTraits::kWideCta);
-// `cluster_packs`: its cluster rows' packs a thread (OpTraits::kClusterPacks).
+// `cluster_packs`, `wide_cluster_packs`: its cluster rows' packs a thread
+// (OpTraits::kClusterPacks, kWideClusterPacks; 0: as cluster_packs).
 inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clusters, bool wide_cta,
-                              int cluster_packs = kClusterVecs) {
+                              int cluster_packs = kClusterVecs, int wide_cluster_packs = 0) {
   const int vec = PackWidth(elem_size);
   // float64 exists for gradcheck and reference work, not speed: one streaming kernel.
   if (elem_size == 8) return StreamingPlan(load_vec == vec ? vec : 1);
   if (load_vec != vec) return StreamingPlan(1);
-  return PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
+  return PlanRowTier(n, vec, clusters, wide_cta, cluster_packs, wide_cluster_packs);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -74,10 +74,11 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
 }
 
 // The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a CTA per row, in a grid that GridFor
-// caps).
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
+// caps). With kAligned, the rows of aligned problems (plan.h's RowsAligned: no head or tail
+// scalars, no bound on every pack), which LaunchCtaRow picks for them.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned>
 ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
@@ -86,9 +87,9 @@ ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   }
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned>
 __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const Op op) {
-  CtaRows<Op, Args, kVec, kVecs, kThreads>(args, op);
+  CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned>(args, op);
 }
 
 // The wide CTA (512 threads x 8 packs) held to 64 registers a thread, so that two share an SM:
@@ -97,9 +98,9 @@ __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const 
 // where that measured faster; the row is 32 registers of packs). A second kernel, not a bound
 // on CtaRowKernel, whose other configurations keep ptxas's own choice (see
 // ClusterRowKernel2PerSm).
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned>
 __global__ void __launch_bounds__(kThreads, 2) CtaRowKernel2PerSm(const Args args, const Op op) {
-  CtaRows<Op, Args, kVec, kVecs, kThreads>(args, op);
+  CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned>(args, op);
 }
 
 // Fused parameter gradients: the CTA and group tiers with column sums. A "chunk" is the
