@@ -76,9 +76,8 @@
 //
 // ClusterCtasPerSm(cluster, threads, packs) = c > 0: the cluster tier's register rows of
 // `cluster` CTAs of `threads` x `packs` (ClusterRowKernel) run held to the registers of c CTAs
-// per SM
-// (ClusterRowKernelBounded, tier_kernels.cuh), which the launcher weighs against its other
-// cluster kernels by how many rows the device holds (dispatch.cuh's PlanRowOp). layer_norm's
+// per SM (ClusterRowKernelBounded, tier_kernels.cuh), which the launcher weighs against its
+// other cluster kernels by how many rows the device holds (dispatch.cuh's PlanRowOp). layer_norm's
 // backward: 2 on 256 threads (ptxas alone gave 131-135 registers, one CTA per SM; its 8-CTA
 // rows, bf16 131072, took 1.30x the time: NOTES.md §20); softmax / log_softmax: 4 on 256
 // (kernels/softmax.cuh); the forwards of rms_norm, add_rms_norm and layer_norm
