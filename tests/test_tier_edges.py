@@ -312,6 +312,46 @@ def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> 
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_parameters_at_any_offset_from_the_row(dtype):
+    """Rows that do not start 16-byte aligned (odd n: each row's first pack starts at another
+    column) read the parameters at their packs' columns by vector loads shifted into place
+    where those are not aligned (pack.cuh's LoadPackShifted; the shift is the row's). A weight
+    and a bias at every element offset into a buffer, in the row's dtype and in float32, give
+    the bits of the same values at offset 0, on every tier's odd edge length, with rows of
+    every head."""
+    import rownorm
+
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [
+        n
+        for n in tier_edge_lengths(elem)
+        if n % vec != 0 and plan_row_tier(n, vec).tier != "streaming"
+    ]
+    assert lengths
+    for n in lengths:
+        x = scaled_rows(2 * vec + 1, n, dtype, "cuda")
+        r = torch.randn_like(x)
+        for wdt in dict.fromkeys((dtype, torch.float32)):
+            w = torch.randn(n, device="cuda", dtype=wdt)
+            b = torch.randn(n, device="cuda", dtype=wdt)
+            runs = {}
+            for k in range(16 // wdt.itemsize):  # every offset in a 16-byte block
+                wk = torch.zeros(n + 16, device="cuda", dtype=wdt)[k : k + n].copy_(w)
+                bk = torch.zeros(n + 16, device="cuda", dtype=wdt)[k : k + n].copy_(b)
+                with torch.no_grad():
+                    runs[k] = [
+                        rownorm.rms_norm(x, wk),
+                        rownorm.layer_norm(x, wk, bk),
+                        *rownorm.add_rms_norm(x, r, wk),
+                    ]
+            for k, outs in runs.items():
+                for i, (a, c) in enumerate(zip(runs[0], outs, strict=True)):
+                    assert torch.equal(a, c), (n, wdt, k, i)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
     """The wide CTA's forwards of one input with parameters (rms_norm, layer_norm) keep them
     per CTA (``params=once``, CtaParamRowKernel: a persistent grid) where PlanRowOp picks it

@@ -114,6 +114,38 @@ struct alignas(sizeof(T) * N) Pack {
   }
 };
 
+// The Pack<T, N> of words at p, where p is aligned to sizeof(T) but `shift` = p's offset in
+// its sizeof(Pack)-aligned block is not 0: the two aligned packs it straddles, shifted into
+// one by selects and byte permutes (no local memory for a runtime shift). Where `shift` is the
+// same for a whole row (a row's parameters at the columns of its packs), so is every branch.
+// It reads the aligned block that holds the pack's last byte whole: up to sizeof(Pack) − shift
+// bytes past the pack, never past that block.
+template <typename T, int N>
+ROWNORM_DEVICE Pack<T, N> LoadPackShifted(const T* p, unsigned shift) {
+  using P = Pack<T, N>;
+  static_assert(P::kWords, "shifted loads move whole words");
+  constexpr int kW = P::kNumWords;
+  const T* block = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) - shift);
+  P lo, hi;
+  lo.Load(block);
+  hi.Load(block + N);
+  uint32_t q[2 * kW];
+#pragma unroll
+  for (int i = 0; i < kW; ++i) q[i] = lo.d.w[i], q[kW + i] = hi.d.w[i];
+#pragma unroll
+  for (int step = kW / 2; step >= 1; step /= 2) {  // whole words: shift / 4, in binary steps
+    if (shift & (4u * step)) {
+#pragma unroll
+      for (int i = 0; i + step < 2 * kW; ++i) q[i] = q[i + step];
+    }
+  }
+  const unsigned bytes = 0x3210u + (shift & 3u) * 0x1111u;  // then shift % 4 bytes
+  P out;
+#pragma unroll
+  for (int i = 0; i < kW; ++i) out.d.w[i] = __byte_perm(q[i], q[i + 1], bytes);
+  return out;
+}
+
 // The widest pack width (in elements, <= 16 bytes) for element size `elem_size`.
 constexpr int MaxPackWidth(int elem_size) { return 16 / elem_size; }
 

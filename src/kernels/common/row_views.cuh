@@ -546,11 +546,15 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     if constexpr (kWithCopy<J>) StoreOutScalar<Args, 1>(OutOffset<Args>(out_[1], 1, col), v);
   }
 
-  // Whether ParamPack may read `ps` a pack at a time: every given parameter aligned like the
-  // row for vector loads of kParamVec elements.
+  // Whether ParamPack may read `ps` a pack at a time: always on the general rows (a parameter
+  // not aligned like the row is read by shifted loads), on the aligned ones where every given
+  // parameter is aligned for vector loads of kParamVec elements. On rows that do not start
+  // 16-byte aligned, where the parameters at a pack's columns rarely are, per-element reads
+  // took layer_norm bf16 65535 to 78% of copy (two 16-bit loads an element: NOTES.md §43).
   template <class PS>
   ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
     using W = typename PS::Elem;
+    if constexpr (!kAligned && Pack<W, kParamVec<W>>::kWords) return true;
     bool aligned = true;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
@@ -562,19 +566,34 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // pv[j][e] = parameter j at col0 + e for the pack at col0 (this thread's pack k), with vector
-  // loads (ParamsPackable(ps)).
+  // loads (ParamsPackable(ps)), shifted ones on the general rows where they are not aligned.
   template <class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
     using W = typename PS::Elem;
     constexpr int kWVec = kParamVec<W>;
+    using WPack = Pack<W, kWVec>;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
       if (ps.p[j] != nullptr) {
+        unsigned shift = 0;  // the same for every pack of the row
+        if constexpr (!kAligned && WPack::kWords) {
+          shift =
+              static_cast<unsigned>(reinterpret_cast<uintptr_t>(ps.p[j] + col0) % sizeof(WPack));
+        }
 #pragma unroll
         for (int h = 0; h < kVec / kWVec; ++h) {
-          Pack<W, kWVec> q;
-          q.Load(ps.p[j] + col0 + h * kWVec);
+          const W* at = ps.p[j] + col0 + h * kWVec;
+          WPack q;
+          if constexpr (!kAligned && WPack::kWords) {
+            if (shift != 0) {
+              q = LoadPackShifted<W, kWVec>(at, shift);
+            } else {
+              q.Load(at);
+            }
+          } else {
+            q.Load(at);
+          }
 #pragma unroll
           for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = ps.template Of<Acc>(q.Get(e));
         }
