@@ -314,8 +314,8 @@ def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_parameters_at_any_offset_from_the_row(dtype):
     """Rows that do not start 16-byte aligned (odd n: each row's first pack starts at another
-    column) read the parameters at their packs' columns by vector loads shifted into place
-    where those are not aligned (pack.cuh's LoadPackShifted; the shift is the row's). A weight
+    column) read the parameters at their packs' columns a word at a time where those are not
+    aligned (pack.cuh's LoadPackUnaligned; the alignment is the row's). A weight
     and a bias at every element offset into a buffer, in the row's dtype and in float32, give
     the bits of the same values at offset 0, on every tier's odd edge length, with rows of
     every head."""

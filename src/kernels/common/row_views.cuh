@@ -547,7 +547,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // Whether ParamPack may read `ps` a pack at a time: always on the general rows (a parameter
-  // not aligned like the row is read by shifted loads), on the aligned ones where every given
+  // not aligned like the row is read a word at a time), on the aligned ones where every given
   // parameter is aligned for vector loads of kParamVec elements. On rows that do not start
   // 16-byte aligned, where the parameters at a pack's columns rarely are, per-element reads
   // took layer_norm bf16 65535 to 78% of copy (two 16-bit loads an element: NOTES.md §43).
@@ -566,7 +566,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // pv[j][e] = parameter j at col0 + e for the pack at col0 (this thread's pack k), with vector
-  // loads (ParamsPackable(ps)), shifted ones on the general rows where they are not aligned.
+  // loads (ParamsPackable(ps)), of words on the general rows where they are not aligned.
   template <class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
@@ -576,20 +576,19 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
       if (ps.p[j] != nullptr) {
-        unsigned shift = 0;  // the same for every pack of the row
+        bool aligned = true;  // the same for every pack of the row
         if constexpr (!kAligned && WPack::kWords) {
-          shift =
-              static_cast<unsigned>(reinterpret_cast<uintptr_t>(ps.p[j] + col0) % sizeof(WPack));
+          aligned = reinterpret_cast<uintptr_t>(ps.p[j] + col0) % sizeof(WPack) == 0;
         }
 #pragma unroll
         for (int h = 0; h < kVec / kWVec; ++h) {
           const W* at = ps.p[j] + col0 + h * kWVec;
           WPack q;
           if constexpr (!kAligned && WPack::kWords) {
-            if (shift != 0) {
-              q = LoadPackShifted<W, kWVec>(at, shift);
-            } else {
+            if (aligned) {
               q.Load(at);
+            } else {
+              q = LoadPackUnaligned<W, kWVec>(at);
             }
           } else {
             q.Load(at);
