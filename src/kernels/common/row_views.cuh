@@ -450,24 +450,40 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     }
   }
 
+  // Whether the general rows read parameters of type W that are not aligned like the row a
+  // pack at a time, by 4-byte loads (LoadPackUnaligned): on rows that do not start 16-byte
+  // aligned the parameters at a pack's columns rarely are, and read one element at a time
+  // they took layer_norm bf16 65535 to 79% of copy (two 16-bit loads an element; NOTES.md §43).
+  template <typename W>
+  static constexpr bool kUnalignedParamPacks = !kAligned && Pack<W, kParamVec<W>>::kWords;
+
   // Output 0 at col = f(x, col, p), p[j] = parameter j at col (StoreWith in row_ops.h), the
-  // parameters of a pack's columns read by the view's ParamPack where ParamsPackable, else one
-  // element at a time.
+  // parameters of a pack's columns read by the view's ParamPack where ParamsPackable, else
+  // (kUnalignedParamPacks) a word at a time, else one element at a time. The loops of aligned
+  // and unaligned parameters apart, so that the aligned one compiles as it did alone.
   template <typename F, class PS>
   ROWNORM_DEVICE void StoreWith(F f, const PS& ps) {
-    constexpr int K = PS::kCount;
     const auto g = WithParams<Acc>(f, ps);
     if (!this->Self().ParamsPackable(ps)) {
-      StoreTo<0>(g);
+      if constexpr (kUnalignedParamPacks<typename PS::Elem>) {
+        StorePacks<true>(f, ps, g);
+      } else {
+        StoreTo<0>(g);
+      }
       return;
     }
+    StorePacks<false>(f, ps, g);
+  }
+  template <bool kUnaligned, typename F, class PS, class G>
+  ROWNORM_DEVICE void StorePacks(F f, const PS& ps, G g) {
+    constexpr int K = PS::kCount;
     if constexpr (Args::kMixed) {
-      StoreWithMixed(f, ps, g);
+      StoreWithMixed<kUnaligned>(f, ps, g);
     } else {
       TOut* out = out_[0];
       this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
         Acc pv[K][kVec];
-        this->Self().ParamPack(ps, k, col0, pv);
+        this->Self().template ParamPack<kUnaligned>(ps, k, col0, pv);
         Pack<TOut, kVec> o;
         Acc x[kIn];
 #pragma unroll
@@ -511,12 +527,12 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     });
     ForEachScalar([&](const Acc* x, int64_t col) { StoreMixedScalar<J>(col, f(x, col)); });
   }
-  template <typename F, class PS, class G>
+  template <bool kUnaligned, typename F, class PS, class G>
   ROWNORM_DEVICE void StoreWithMixed(F f, const PS& ps, G g) {
     constexpr int K = PS::kCount;
     this->Self().ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
-      this->Self().ParamPack(ps, k, col0, pv);
+      this->Self().template ParamPack<kUnaligned>(ps, k, col0, pv);
       Acc y[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
@@ -546,15 +562,11 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
     if constexpr (kWithCopy<J>) StoreOutScalar<Args, 1>(OutOffset<Args>(out_[1], 1, col), v);
   }
 
-  // Whether ParamPack may read `ps` a pack at a time: always on the general rows (a parameter
-  // not aligned like the row is read a word at a time), on the aligned ones where every given
-  // parameter is aligned for vector loads of kParamVec elements. On rows that do not start
-  // 16-byte aligned, where the parameters at a pack's columns rarely are, per-element reads
-  // took layer_norm bf16 65535 to 78% of copy (two 16-bit loads an element: NOTES.md §43).
+  // Whether ParamPack may read `ps` a pack at a time with vector loads: every given parameter
+  // aligned like the row for vector loads of kParamVec elements.
   template <class PS>
   ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
     using W = typename PS::Elem;
-    if constexpr (!kAligned && Pack<W, kParamVec<W>>::kWords) return true;
     bool aligned = true;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
@@ -566,30 +578,21 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // pv[j][e] = parameter j at col0 + e for the pack at col0 (this thread's pack k), with vector
-  // loads (ParamsPackable(ps)), of words on the general rows where they are not aligned.
-  template <class PS>
+  // loads (ParamsPackable(ps)), or with kUnaligned by 4-byte loads (kUnalignedParamPacks).
+  template <bool kUnaligned, class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
     using W = typename PS::Elem;
     constexpr int kWVec = kParamVec<W>;
-    using WPack = Pack<W, kWVec>;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
       if (ps.p[j] != nullptr) {
-        bool aligned = true;  // the same for every pack of the row
-        if constexpr (!kAligned && WPack::kWords) {
-          aligned = reinterpret_cast<uintptr_t>(ps.p[j] + col0) % sizeof(WPack) == 0;
-        }
 #pragma unroll
         for (int h = 0; h < kVec / kWVec; ++h) {
           const W* at = ps.p[j] + col0 + h * kWVec;
-          WPack q;
-          if constexpr (!kAligned && WPack::kWords) {
-            if (aligned) {
-              q.Load(at);
-            } else {
-              q = LoadPackUnaligned<W, kWVec>(at);
-            }
+          Pack<W, kWVec> q;
+          if constexpr (kUnaligned) {
+            q = LoadPackUnaligned<W, kWVec>(at);
           } else {
             q.Load(at);
           }
@@ -756,7 +759,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     V acc = Op::template Identity<V>();
     ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
-      ParamPack(ps, k, col0, pv);
+      ParamPack<false>(ps, k, col0, pv);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         Acc x[kIn];
@@ -804,7 +807,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
       return Base::ParamsPackable(ps);
     }
   }
-  template <class PS>
+  template <bool kUnaligned, class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int k, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
     if constexpr (kParamsCached) {
@@ -812,7 +815,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
                     "an op body reads the parameters its ColumnParams() lists");
       cache_->Get(ps, k, team_.ThreadRank(), pv);
     } else {
-      Base::ParamPack(ps, k, col0, pv);
+      Base::template ParamPack<kUnaligned>(ps, k, col0, pv);
     }
   }
 
