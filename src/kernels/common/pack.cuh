@@ -117,8 +117,9 @@ struct alignas(sizeof(T) * N) Pack {
 // The Pack<T, N> of words at p, where p is aligned to sizeof(T) but not to sizeof(Pack):
 // 4-byte loads, and for 16-bit T at 2 bytes past a word one more word and byte permutes. Where
 // p's alignment is the same for a whole row (a row's parameters at the columns of its packs),
-// so is every branch. Two 16-byte loads shifted into place held more registers: 41 kernels
-// held to 64 registers spilled. Reads only the 4-byte words that hold the pack's bytes.
+// so is every branch. Reads only the 4-byte words that hold the pack's bytes. (The two
+// 16-byte loads around the pack, shifted into place, held more registers: 41 more kernels held
+// to 64 registers spilled; benchmarks/results/h100/NOTES.md §43.)
 template <typename T, int N>
 ROWNORM_DEVICE Pack<T, N> LoadPackUnaligned(const T* p) {
   using P = Pack<T, N>;
