@@ -92,9 +92,6 @@ struct LayerNormFwdOp {
     if (sizeof(T) == 2) return threads == 256 ? 4 : 0;
     return threads == 512 ? 2 : 0;
   }
-  // EXPERIMENT: 16-bit cluster rows of 4 packs a thread on 256 threads
-  static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
-  static constexpr int kWideClusterPacks = 8;
 
   ROWNORM_HOST_DEVICE ParamList<W, 2> ColumnParams() const {
     return {{weight, bias}, {1.0f, 0.0f}};

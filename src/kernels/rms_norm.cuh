@@ -68,9 +68,6 @@ struct RmsNormFwdOp {
   // main's plan: bf16 65535 / 65536 / 131072 0.978 / 0.982 / 0.974 (to 90 / 95 / 94% of copy),
   // fp32 32768 0.982. benchmarks/results/h100/NOTES.md §42.
   static constexpr int ClusterCtasPerSm(int, int threads, int) { return threads == 256 ? 4 : 0; }
-  // EXPERIMENT: 16-bit cluster rows of 4 packs a thread on 256 threads
-  static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;
-  static constexpr int kWideClusterPacks = 8;
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

@@ -285,16 +285,12 @@ cudaError_t WithClusterShape(const RowPlan& plan, F f) {
         return f(I256{}, IMax{}, I8{});
       }
     }
-  }
-  // EXPERIMENT: the forwards of 4 packs a thread keep the rows of 8 (ROWNORM_EXP_PACKS8)
-  if constexpr (OpTraits<Op>::kClusterPacks == kClusterVecs || OpTraits<Op>::kColumnSums == 0) {
-    if (narrow && plan.packs == kClusterVecs) {
-      switch (plan.cluster) {
-        case 2: return f(I256{}, I2{}, I8{});
-        case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
-        case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
-        case kMaxCluster: return f(I256{}, IMax{}, I8{});
-      }
+  } else if (narrow && plan.packs == kClusterVecs) {
+    switch (plan.cluster) {
+      case 2: return f(I256{}, I2{}, I8{});
+      case 4: return f(I256{}, std::integral_constant<int, 4>{}, I8{});
+      case 8: return f(I256{}, std::integral_constant<int, 8>{}, I8{});
+      case kMaxCluster: return f(I256{}, IMax{}, I8{});
     }
   }
   return cudaErrorInvalidConfiguration;
@@ -486,13 +482,9 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
   DeviceInfo dev;
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
-  const char* exp_packs8 = std::getenv("ROWNORM_EXP_PACKS8");  // EXPERIMENT
-  const bool packs8 =
-      exp_packs8 != nullptr && exp_packs8[0] == '1' && OpTraits<Op>::kColumnSums == 0;
-  *plan =
-      PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
-                     OpTraits<Op>::kWideCta, packs8 ? kClusterVecs : OpTraits<Op>::kClusterPacks,
-                     packs8 ? kClusterVecs : OpTraits<Op>::kWideClusterPacks);
+  *plan = PlanRowProblem(a.n, PlannedElemSize<Args>(), RowVecWidth(a), PlanClusters(dev.cc_major),
+                         OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks,
+                         OpTraits<Op>::kWideClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
