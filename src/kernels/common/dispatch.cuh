@@ -218,12 +218,6 @@ template <int kThreads>
 constexpr bool AlignedRegisterRows() {
   return kThreads == kClusterThreads;
 }
-// EXPERIMENT: ROWNORM_EXP_GENERAL_UNHELD=1 runs the general register rows of 256 threads on
-// ptxas's own registers (ClusterRowKernel), not held to ClusterCtasPerSm.
-inline bool ExpGeneralUnheld() {
-  const char* v = std::getenv("ROWNORM_EXP_GENERAL_UNHELD");
-  return v != nullptr && v[0] == '1';
-}
 
 // The register rows' kernel of a configuration, for rows of any alignment or (kAligned) for
 // aligned problems.
@@ -388,11 +382,6 @@ cudaError_t RegisterRowsResident(const RowPlan& plan, bool aligned, int* cluster
       if (aligned) {
         return ResidentClusters<ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>(),
                                 kThreads, kCluster, 0>(clusters);
-      }
-      if (ExpGeneralUnheld()) {  // EXPERIMENT
-        return ResidentClusters<
-            ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, false>,
-            kThreads, kCluster, 0>(clusters);
       }
     }
     return CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kRegisters, kVecs>(
@@ -576,14 +565,6 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
     if (RowsAligned(a)) {
       constexpr auto kKernel = ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>();
       int resident = 0;  // sets the kernel's cluster attributes (once per device)
-      const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, 0>(&resident);
-      if (err != cudaSuccess) return err;
-      return cudaLaunchKernelEx(&cfg, kKernel, a, op);
-    }
-    if (ExpGeneralUnheld()) {  // EXPERIMENT
-      constexpr auto kKernel =
-          ClusterRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, false>;
-      int resident = 0;
       const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, 0>(&resident);
       if (err != cudaSuccess) return err;
       return cudaLaunchKernelEx(&cfg, kKernel, a, op);
