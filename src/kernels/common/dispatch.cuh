@@ -486,6 +486,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
                          OpTraits<Op>::kWideCta, OpTraits<Op>::kClusterPacks,
                          OpTraits<Op>::kWideClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
+    // Aligned problems run the kernels specialized for them: their residency is what counts.
+    const bool aligned = RowsAligned(a);
     if (plan->tier == RowTier::kCluster) {  // the kernel the device holds most of (above)
       const std::optional<ClusterKind> forced = ForcedClusterKind();
       const auto asked = [&](ClusterKind k) { return !forced.has_value() || *forced == k; };
@@ -493,11 +495,11 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       if (asked(ClusterKind::kShared)) {
         err = CoResidentClusters<Op, Args, ClusterKind::kShared>(*plan, &shared);
       }
-      if (err == cudaSuccess && asked(ClusterKind::kParams) && RowsAligned(a)) {
+      if (err == cudaSuccess && asked(ClusterKind::kParams) && aligned) {
         err = KeptRowsInFlight<Op, Args>(*plan, &params);
       }
       if (err == cudaSuccess) {
-        err = RegisterRowsResident<Op, Args>(*plan, RowsAligned(a), &registers);
+        err = RegisterRowsResident<Op, Args>(*plan, aligned, &registers);
       }
       if (err != cudaSuccess) return err;
       // Kept parameters against a cluster per row: plan.h's kMaxPerRowParamRatio and
@@ -526,14 +528,14 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         // SM where that measured faster, if the device holds as many CTAs of that kernel as of
         // the one that reads them per row (ties: the fewer bytes).
         int plain = 0, two = 0, kept = 0;
-        err = RowsAligned(a) ? WideCtaResidency<Op, Args, true>(&plain, &two, &kept)
-                             : WideCtaResidency<Op, Args, false>(&plain, &two, &kept);
+        err = aligned ? WideCtaResidency<Op, Args, true>(&plain, &two, &kept)
+                      : WideCtaResidency<Op, Args, false>(&plain, &two, &kept);
         if (err != cudaSuccess) return err;
         plan->two_per_sm = two > plain;
         const std::optional<ClusterKind> forced = ForcedClusterKind();
         const bool asked = forced == ClusterKind::kParams ||
                            (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
-        if (asked && kept > 0 && RowsAligned(a) &&
+        if (asked && kept > 0 && aligned &&
             (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
           plan->params_once = true;
           plan->two_per_sm = false;
