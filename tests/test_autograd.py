@@ -214,6 +214,72 @@ def test_slice_param_grads(op_id, dtype):
             assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
 
 
+@pytest.mark.cuda
+@needs_clusters
+# one case per op body and parameter kind (an offset weight: rms_norm_offset); the mixed
+# problems' operands (the float32 residual stream) are never in phase
+@pytest.mark.parametrize(
+    "op_id", ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_phased_slice_param_grads(op_id, dtype):
+    """Rows that do not start 16-byte aligned (odd N) but start alike in x, dy and dx run the
+    slice sums too, in pack-width classes of rows of one alignment (plan.h, PhasedSlicePlan):
+    on the 16-bit 512 x 4 CTA, the wide CTA or 2-CTA clusters, and 4- and 8-pack clusters. With
+    a last block of rows whose classes are partly empty (their chunks write zeros): the
+    gradients match the reference and are bit-identical run to run, and a row's dx is the same
+    bits as on the two-pass path. A dy out of phase with x (one element in) takes the two-pass
+    path: its gradients match too (at the first length: each check holds a float64 reference of
+    some 40 M elements)."""
+    import rownorm
+
+    elem = torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elem
+    chunk_rows = 64 // elem
+    block = vec * chunk_rows  # rows of one chunk of each class
+    lengths = [4096 * 10 + vec - 1]
+    if op_id != "rms_norm_offset":  # the offset is read alike at every length: one suffices
+        lengths.append(512 * 6 * vec - 1)
+        if elem == 2:
+            lengths.append(512 * 3 * vec - 3)
+    want = frozenset(OPS[op_id].params)
+    for n in lengths:
+        rows = block
+        while True:  # about the fewest blocks whose chunks keep the device busy
+            probe = torch.empty((rows, n), dtype=dtype, device="cuda")
+            plan = rownorm.explain(probe, OPS[op_id].name, backward=True, param_grads=True)
+            if plan.param_grads == "fused":
+                break
+            assert rows < 1 << 16, (n, plan.raw)
+            rows += block
+        rows += block + 3  # the last block's classes 3..vec-1 hold no row
+        x = randn((rows, n), dtype, "cuda")
+        case, inp, outs, dys, fused = _check_fused_param_grads(
+            op_id, x, params="once", chunk_rows=chunk_rows, row_classes=vec
+        )
+        assert rownorm.explain(x, OPS[op_id].name, backward=True, param_grads=True).chunks == (
+            vec * -(-rows // block)
+        )
+        # rows that keep their alignment: the first three, the last block's three
+        for sl in (slice(0, 3), slice(rows - 3, rows)):
+            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+            few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
+            assert few.param_grads == "two-pass", (n, few.raw)
+            part = case.raw_backward(
+                tuple(d[sl] for d in dys), sub, -1, tuple(o[sl] for o in outs), want
+            )
+            assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
+        del fused, probe
+        if n == lengths[0]:
+            shifted = torch.empty(rows * n + 1, dtype=dtype, device="cuda")[1:].view(rows, n)
+            shifted.copy_(dys[0])
+            dys_out = (shifted, *dys[1:])
+            got = case.raw_backward(dys_out, inp, -1, outs, want)
+            check_grads(case, inp, -1, dys_out, got, what=f"N={n}, dy out of phase")
+        del case, inp, outs, dys, x
+        torch.cuda.empty_cache()  # the next length's float64 reference needs the room
+
+
 @pytest.mark.parametrize("op_id", families())
 def test_forward_backward_batch_invariant(device, op_id):
     """A row's output and dx are bit-identical whatever the batch it is computed in.

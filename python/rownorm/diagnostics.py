@@ -30,6 +30,7 @@ _INT_KEYS = (
     "chunks",
     "chunk_rows",
     "warp_rows",
+    "row_classes",
 )
 
 
@@ -84,6 +85,10 @@ class Plan:
             row into L2 while it reduces the current one (sm_90+: the 16-CTA clusters of 512
             threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of 16-bit rows
             that fill at most 3/4 of their team); None elsewhere.
+        row_classes: fused sums in shared memory on rows that do not start 16-byte aligned
+            (odd n) but start alike in every operand: the pack width, the number of classes of
+            rows with one alignment each (rows r and r + row_classes), whose chunks hold rows
+            of one class; None on aligned rows.
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 
@@ -109,6 +114,7 @@ class Plan:
     chunks: int | None = None
     chunk_rows: int | None = None
     prefetch: str | None = None
+    row_classes: int | None = None
     raw: str = ""
 
     def __str__(self) -> str:
@@ -155,6 +161,8 @@ def _describe(p: Plan) -> str:
         text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"
         if p.prefetch == "next_row":
             text += "; the next row prefetched into L2"
+        if p.row_classes:
+            text += f"; rows in {p.row_classes} classes of one alignment each"
     elif p.param_grads == "two-pass":
         text += "; parameter gradients in a second pass (saved per-row statistics)"
     return text

@@ -48,9 +48,13 @@ __global__ void __launch_bounds__(kTx* kTy)
 }
 
 // The same for rows of unit stride (inner == 1, the last-dim case): each lane owns kV
-// consecutive columns, read as one Pack when the rows allow it, so a warp moves 32 x 16 bytes
-// of a row per load and the index arithmetic has no division.
-template <typename T, typename Acc, int kV>
+// consecutive columns, read as one Pack, so a warp moves 32 x 16 bytes of a row per load and
+// the index arithmetic has no division. kUnaligned: rows that do not start 16-byte aligned
+// (odd d), whose packs are read by 4-byte words (LoadPackUnaligned) and the last lane's part
+// pack an element at a time. A lane per column (kV = 1) there read 2 bytes a lane and ran at
+// 52% of copy on the H100 (bf16, 330 µs for 2^27 elements; benchmarks/results/h100/NOTES.md
+// §44).
+template <typename T, typename Acc, int kV, bool kUnaligned = false>
 __global__ void __launch_bounds__(kTx* kTy)
     ParamGradRowsKernel(const ParamGradArgs<T, Acc> a, Acc* partial, int64_t chunks) {
   __shared__ Acc sums[2][kTy][kTx * kV];
@@ -64,11 +68,27 @@ __global__ void __launch_bounds__(kTx* kTy)
       const int64_t end = min(rows, (c + 1) * kParamGradChunkRows);
       for (int64_t j = c * kParamGradChunkRows + threadIdx.y; j < end; j += kTy) {
         Pack<T, kV> g;
-        g.Load(a.dy + j * a.dy_stride[0] + d0);
+        Pack<T, kV> x;
+        const T* dy = a.dy + j * a.dy_stride[0] + d0;
+        const T* xr = a.x + j * a.x_stride[0] + d0;
+        if constexpr (kUnaligned) {
+          if (d0 + kV <= a.d) {
+            g = LoadPackUnaligned<T, kV>(dy);
+            if (want_w) x = LoadPackUnaligned<T, kV>(xr);
+          } else {  // the row's last columns: zeros past its end
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const bool in = d0 + e < a.d;
+              g.Set(e, in ? ToAcc(dy[e]) : Acc(0));
+              x.Set(e, in && want_w ? ToAcc(xr[e]) : Acc(0));
+            }
+          }
+        } else {
+          g.Load(dy);
+          if (want_w) x.Load(xr);
+        }
         const Acc mu = want_w ? a.stats[2 * j] : Acc(0);
         const Acc r = want_w ? a.stats[2 * j + 1] : Acc(0);
-        Pack<T, kV> x;
-        if (want_w) x.Load(a.x + j * a.x_stride[0] + d0);
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
           if (want_w) w[e] += g.Get(e) * (x.Get(e) - mu) * r;
@@ -240,8 +260,14 @@ cudaError_t ParamGrad(const ParamGradArgs<T, Acc>& a, ParamGradOut<W> out, Acc* 
     const dim3 grid(GridFor((a.d + kTx * kV - 1) / (kTx * kV)), grid_y);
     ParamGradRowsKernel<T, Acc, kV><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
   } else if (a.inner == 1 && a.x_stride[1] == 1 && a.dy_stride[1] == 1) {
-    const dim3 grid(GridFor((a.d + kTx - 1) / kTx), grid_y);
-    ParamGradRowsKernel<T, Acc, 1><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+    if constexpr (Pack<T, kV>::kWords) {  // packs by words (not float64)
+      const dim3 grid(GridFor((a.d + kTx * kV - 1) / (kTx * kV)), grid_y);
+      ParamGradRowsKernel<T, Acc, kV, true>
+          <<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+    } else {
+      const dim3 grid(GridFor((a.d + kTx - 1) / kTx), grid_y);
+      ParamGradRowsKernel<T, Acc, 1><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);
+    }
   } else {
     const dim3 grid(GridFor((a.d + kTx - 1) / kTx), grid_y);
     ParamGradPartialKernel<T, Acc><<<grid, dim3(kTx, kTy), 0, stream>>>(a, partial, chunks);

@@ -742,42 +742,48 @@ cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
 }
 
 // Fused sums in shared memory (SliceRowSumsKernel) of a team of kCluster CTAs (1: the wide CTA,
-// or 16-bit layer_norm's 512 x 4 packs) of kThreads x kVecs packs.
+// or 16-bit layer_norm's 512 x 4 packs) of kThreads x kVecs packs, for aligned rows or
+// (kAligned false) rows in phase (plan.h's PhasedSlicePlan; not mixed problems, whose
+// operands never are: OperandsInPhase).
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
-template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true>
 constexpr auto SliceSumKernel =
-    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
+    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, kAligned>;
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 constexpr bool SliceSumsFit() {
   return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
 }
 
-// How many of its teams the current device runs at once (0: not one fits).
-template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+// How many of its teams the current device runs at once (0: not one fits, or no kernel of rows
+// in phase for mixed problems).
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t ResidentSliceTeams(int* teams) {
   constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
-  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>() ||
+                (!kAligned && Args::kMixed)) {
     *teams = 0;
     return cudaSuccess;
   } else if constexpr (kCluster == 1) {
-    return ResidentCtas<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>, kSmem>(kThreads,
-                                                                                    teams);
+    return ResidentCtas<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>, kSmem>(
+        kThreads, teams);
   } else {
-    return ResidentClusters<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>, kThreads, kCluster,
-                            kSmem>(teams);
+    return ResidentClusters<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>, kThreads,
+                            kCluster, kSmem>(teams);
   }
 }
 
 // A persistent grid of the teams the device runs at once, at most one per chunk.
-template <class Op, class Args, int kThreads, int kVecs, int kCluster>
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
-  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>() &&
+                (kAligned || !Args::kMixed)) {
     constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
-    constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster>;
+    constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>;
     int teams = 0;
-    const cudaError_t err = ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster>(&teams);
+    const cudaError_t err =
+        ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster, kAligned>(&teams);
     if (err != cudaSuccess) return err;
     if (teams > 0) {
       const unsigned grid = static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
@@ -837,7 +843,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   cudaError_t err = GetDeviceInfo(&device, &dev);
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
-                        PlanClusters(dev.cc_major), OpTraits<Op>::kWideCta,
+                        OperandsInPhase(a), PlanClusters(dev.cc_major), OpTraits<Op>::kWideCta,
                         OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {
@@ -850,9 +856,11 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
       // 32768 0.81x (NOTES.md §29). With fewer rows the two-pass path runs a team per row.
       // Both paths write the same dx.
       int teams = 0;
+      const bool aligned = (*plan)->row_classes == 1;
       err = WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
-        return ResidentSliceTeams<Op, Args, decltype(t)::value, decltype(v)::value,
-                                  decltype(c)::value>(&teams);
+        constexpr int kT = decltype(t)::value, kV = decltype(v)::value, kC = decltype(c)::value;
+        return aligned ? ResidentSliceTeams<Op, Args, kT, kV, kC, true>(&teams)
+                       : ResidentSliceTeams<Op, Args, kT, kV, kC, false>(&teams);
       });
       if (err != cudaSuccess) return err;
       if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) plan->reset();
@@ -933,8 +941,10 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     const RowPlan& k = plan.kernel;
     if (k.params_once) {
       return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
-        return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
-                                  decltype(c)::value>(a, op, plan, partial, stream);
+        constexpr int kT = decltype(t)::value, kV = decltype(v)::value, kC = decltype(c)::value;
+        return plan.row_classes == 1
+                   ? LaunchSliceRowSums<Op, Args, kT, kV, kC, true>(a, op, plan, partial, stream)
+                   : LaunchSliceRowSums<Op, Args, kT, kV, kC, false>(a, op, plan, partial, stream);
       });
     }
     if (k.tier == RowTier::kGroup) {

@@ -384,6 +384,8 @@ struct FusedSumPlan {
                        // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                        // kFusedGroupRows x groups)
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow
+  int row_classes = 1;  // SliceRowSumsKernel: 1 for aligned rows; the pack width for rows in
+                        // phase that do not start 16-byte aligned (PhasedSlicePlan)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -391,20 +393,59 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
   return FusedSumPlan{kernel, (rows + chunk_rows - 1) / chunk_rows, chunk_rows};
 }
 
+// Rows that do not start 16-byte aligned (odd N) in operands that share each row's alignment
+// (OperandsInPhase): row r has the same geometry as row r + vec (a scalar head, vec-wide
+// packs, a scalar tail: RowGeometry), so SliceRowSumsKernel runs them in `vec` classes whose
+// chunks hold rows of one geometry each, and a thread's packs keep their columns through a
+// chunk as on aligned rows. Chunk c of class q = c / blocks, block b = c % blocks
+// (blocks = ceil(rows / (vec·chunk_rows))) holds rows b·vec·chunk_rows + q + vec·i, i <
+// chunk_rows; a chunk past the last row writes zeros. The chunks depend on rows, n and the
+// element size only, as the aligned ones do. H100, fwd+bwd with every gradient, 2^27 elements,
+// time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): bf16 16383-131071
+// layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32 1.26-1.49. Elsewhere
+// (the CTA tier's register sums: 16-bit rows of up to 8192, fp32 ones of up to 4096-8192) such
+// rows take the two-pass path.
+inline FusedSumPlan PhasedSlicePlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
+  const int64_t block = int64_t{vec} * chunk_rows;
+  FusedSumPlan f{kernel, vec * ((rows + block - 1) / block), chunk_rows};
+  f.row_classes = vec;
+  return f;
+}
+
 // The fused plan of `rows` rows of n `elem_size`-byte elements of an op with `column_sums`
 // sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
-// multiple of the pack width.
+// multiple of the pack width; `in_phase`: each row starts at the same offset from 16 bytes in
+// every operand (PhasedSlicePlan).
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
-                                                 bool aligned, bool clusters, bool wide_cta,
-                                                 int column_sums, int row_inputs,
+                                                 bool aligned, bool in_phase, bool clusters,
+                                                 bool wide_cta, int column_sums, int row_inputs,
                                                  int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
-  if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || n % vec != 0 || !aligned) {
+  const bool whole = aligned && n % vec == 0;
+  if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || !(whole || in_phase)) {
     return std::nullopt;
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
+  const auto slice_sums = [&] {
+    RowPlan k = plan;
+    k.params_once = true;
+    const int chunk_rows = kSliceChunkBytes / elem_size;
+    FusedSumPlan fused =
+        whole ? CtaSumPlan(k, rows, chunk_rows) : PhasedSlicePlan(k, rows, chunk_rows, vec);
+    // (the bulk prefetch needs sm_90, as the clusters do)
+    fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
+                                                                 elem_size, column_sums, n);
+    return fused;
+  };
+  const bool slices =
+      SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums);
+  if (!whole) {
+    if (slices) return slice_sums();
+    return std::nullopt;
+  }
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
   // and of the 4-pack CTA rows run with two packs per thread: at four, the column sums double
@@ -453,16 +494,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
   }
-  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
-  if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
-    RowPlan k = plan;
-    k.params_once = true;
-    FusedSumPlan fused = CtaSumPlan(k, rows, kSliceChunkBytes / elem_size);
-    // (the bulk prefetch needs sm_90, as the clusters do)
-    fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
-                                                                 elem_size, column_sums, n);
-    return fused;
-  }
+  if (slices) return slice_sums();
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
   // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).
@@ -510,6 +542,29 @@ bool FusedOperandsAligned(const Args& a) {
     ok = ok && reinterpret_cast<uintptr_t>(a.in[i]) % kPackBytes == 0 && a.in_stride[i] % kVec == 0;
   }
   return ok;
+}
+
+// Whether each row of `a` starts at the same offset from 16 bytes in every operand
+// (PhasedSlicePlan): row 0 at the same offset, the row strides equal modulo the pack width.
+// Not mixed problems, whose operands differ in element size.
+template <class Args>
+bool OperandsInPhase(const Args& a) {
+  if constexpr (Args::kMixed) {
+    return false;
+  } else {
+    constexpr int kVec = Args::kPackWidth;
+    const auto offset = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kPackBytes; };
+    const uintptr_t at = offset(a.in[0]);
+    const int64_t step = a.in_stride[0] % kVec;
+    bool ok = true;
+    for (int j = 0; j < Args::kNumOut; ++j) {
+      ok = ok && offset(a.out[j]) == at && a.out_stride[j] % kVec == step;
+    }
+    for (int i = 1; i < Args::kNumIn; ++i) {
+      ok = ok && offset(a.in[i]) == at && a.in_stride[i] % kVec == step;
+    }
+    return ok;
+  }
 }
 
 // Whether every row of `a` starts 16-byte aligned in every operand and holds whole packs: rows
@@ -629,6 +684,7 @@ inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
   if (f.prefetch_next_row) s += " prefetch=next_row";
+  if (f.row_classes > 1) s += " row_classes=" + std::to_string(f.row_classes);
   if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
     s += " cluster=" + std::to_string(f.kernel.cluster);
   }

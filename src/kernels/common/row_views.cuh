@@ -178,10 +178,10 @@ struct ColumnSums {
 };
 
 // The same accumulators in shared memory, for the kernels whose threads own more columns than
-// registers hold next to the row (ClusterRowSumsKernel: 64 columns a thread at 16-bit, 128
+// registers hold next to the row (SliceRowSumsKernel: 64 columns a thread at 16-bit, 128
 // sums for layer_norm). Each thread reads and writes only its own values, so no barrier:
 // thread t's sums of its pack k at [j][k][h][t], in 16-byte pieces h (a warp's accesses
-// contiguous). Valid for aligned rows of the CTA's slice [begin, end) of packs.
+// contiguous). Valid for rows of one geometry, the CTA's slice [begin, end) of packs.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 struct SharedColumnSums {
   static constexpr int kCount = kK;
@@ -219,10 +219,11 @@ struct SharedColumnSums {
     }
   }
 
-  // Writes thread `rank`'s sums of its packs begin + rank + k * kThreads (< end) as chunk
-  // `chunk`'s partials, partial[(j·chunks + chunk)·n + col], and zeroes them.
+  // Writes thread `rank`'s sums of its packs begin + rank + k * kThreads (< end), whose
+  // columns start `head` in (rows that do not start aligned: then an element at a time), as
+  // chunk `chunk`'s partials, partial[(j·chunks + chunk)·n + col], and zeroes them.
   ROWNORM_DEVICE void WriteAndZero(int rank, int64_t begin, int64_t end, int64_t chunk,
-                                   int64_t chunks, int64_t n, Acc* partial) {
+                                   int64_t chunks, int64_t n, Acc* partial, int64_t head = 0) {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const int64_t v = begin + rank + int64_t{k} * kThreads;
@@ -232,7 +233,13 @@ struct SharedColumnSums {
 #pragma unroll
         for (int h = 0; h < kPieces; ++h) {
           Piece q = pieces[j][k][h][rank];
-          *reinterpret_cast<Piece*>(partial + (j * chunks + chunk) * n + v * kVec + h * kPiece) = q;
+          Acc* to = partial + (j * chunks + chunk) * n + head + v * kVec + h * kPiece;
+          if (head == 0) {
+            *reinterpret_cast<Piece*>(to) = q;
+          } else {
+#pragma unroll
+            for (int e = 0; e < kPiece; ++e) to[e] = q.v[e];
+          }
 #pragma unroll
           for (int e = 0; e < kPiece; ++e) q.v[e] = Acc(0);
           pieces[j][k][h][rank] = q;
@@ -302,8 +309,8 @@ struct ParamCache {
 // from global memory, a 16-bit weight is as many bytes from L2 as x itself: rms_norm's
 // forward ran at 84% of copy on the H200 with its weight, 95% without
 // (benchmarks/results/h100/NOTES.md §27). Thread t's pack k of parameter j at [j][k][h][t],
-// in 16-byte pieces h. Valid for aligned rows (RowGeometry::Of<true>) of the CTA's slice
-// [begin, end) of packs.
+// in 16-byte pieces h. Valid for rows of the geometry it was filled for (Fill's head) and
+// of the CTA's slice [begin, end) of packs.
 template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
 struct ParamSlices {
   using List = PS;
@@ -314,8 +321,9 @@ struct ParamSlices {
   Pack<W, kPiece> pieces[K][kVecs][kPieces][kThreads];
 
   // Thread `rank` copies its packs begin + rank + k * kThreads (< end) of every given
-  // parameter, an element at a time: once per CTA, and a parameter need not be aligned.
-  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t begin, int64_t end) {
+  // parameter, an element at a time: once per CTA (or per class of rows that do not start
+  // aligned, whose packs start `head` columns in), and a parameter need not be aligned.
+  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t begin, int64_t end, int64_t head = 0) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       if (ps.p[j] == nullptr) continue;
@@ -327,7 +335,9 @@ struct ParamSlices {
         for (int h = 0; h < kPieces; ++h) {
           Pack<W, kPiece> q;
 #pragma unroll
-          for (int e = 0; e < kPiece; ++e) q.Set(e, ToAcc(ps.p[j][v * kVec + h * kPiece + e]));
+          for (int e = 0; e < kPiece; ++e) {
+            q.Set(e, ToAcc(ps.p[j][head + v * kVec + h * kPiece + e]));
+          }
           pieces[j][k][h][rank] = q;
         }
       }
@@ -662,7 +672,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 // The fused parameter-gradient kernels, the kept-parameter cluster rows and the register rows of
 // aligned problems (tier_kernels.cuh) set kAligned (their rows have no head or tail:
 // RowGeometry::Of); the first two pass the ParamCache their CTA filled as `Cache`, from which
-// ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory).
+// ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory). The
+// fused kernel of rows in phase (SliceRowSumsKernel, plan.h's PhasedSlicePlan) passes one
+// without kAligned: the cache holds the packs' columns of its rows' geometry, and the head
+// and tail scalars' parameters are read from global memory.
 template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
           class Cache = NoParamCache>
 class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache>, Args, kVec,
@@ -672,7 +685,6 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   using Base::own_;
   using Base::team_;
   static constexpr bool kParamsCached = !std::is_same_v<Cache, NoParamCache>;
-  static_assert(kAligned || !kParamsCached, "a ParamCache holds the columns of aligned rows");
 
  public:
   using typename Base::Acc;
@@ -753,12 +765,14 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
       : Base(team, args, row, valid), data_(l), cache_(cache) {}
 
   // f(x, col, p) reduced over the row (ReduceWith in row_ops.h; kSharedParams), a pack's
-  // parameters read from the cache; the order of operations of Reduce (the row has no scalars).
+  // parameters read from the cache, the scalars' from global memory; the order of operations
+  // of Reduce (the packs, then the scalars), so the same bits as the two-pass path's rows.
   template <typename Op, typename F, class PS>
   ROWNORM_DEVICE auto ReduceWith(Op op, F f, const PS& ps) {
     static_assert(kParamsCached, "ReduceWith reads the parameters from a ParamCache");
     constexpr int K = PS::kCount;
-    using V = ReduceValue<decltype(WithParams<Acc>(f, ps)), Acc>;
+    const auto g = WithParams<Acc>(f, ps);
+    using V = ReduceValue<decltype(g), Acc>;
     V acc = Op::template Identity<V>();
     ForEachPack([&](int k, const InPacks& p, int64_t col0) {
       Acc pv[K][kVec];
@@ -774,6 +788,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
         acc = op(acc, f(static_cast<const Acc*>(x), col0 + e, pe));
       }
     });
+    this->ForEachScalar([&](const Acc* x, int64_t col) { acc = op(acc, g(x, col)); });
     return this->AllReduce(acc, op);
   }
 
@@ -823,8 +838,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   }
 
   // sums[j][col] += f(x, col)[j] over this row when the kernel accumulates column sums
-  // (the *RowSumsKernel: ColumnSums in registers or SharedColumnSums); a no-op otherwise. The
-  // path requires head == tail == 0.
+  // (the *RowSumsKernel: ColumnSums in registers or SharedColumnSums); a no-op otherwise. Rows
+  // of one geometry: a pack's sums by the thread's pack index, and (not kAligned) the head
+  // and tail scalars' by AddScalar<0 / 1> (PhasedSums in tier_kernels.cuh).
   template <typename F, class Sums>
   ROWNORM_DEVICE void AddColumns(F f, Sums* sums) {
     constexpr int kK = Sums::kCount;
@@ -842,6 +858,17 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
       }
       sums->Add(k, team_.ThreadRank(), a);
     });
+    if constexpr (!kAligned) {
+      Acc x[kIn];
+      if (own_.head_col >= 0) {
+        LoadScalar<false>(own_.head_col, x);
+        sums->template AddScalar<0>(f(static_cast<const Acc*>(x), own_.head_col));
+      }
+      if (own_.tail_col >= 0) {
+        LoadScalar<true>(own_.tail_col, x);
+        sums->template AddScalar<1>(f(static_cast<const Acc*>(x), own_.tail_col));
+      }
+    }
   }
 
   // Primitives (see the top of this file).

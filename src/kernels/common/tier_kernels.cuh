@@ -514,8 +514,10 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29;
 // with `prefetch_next_row` a team brings it into L2 instead: plan.h's SlicePrefetchesNextRow.)
 // Where it runs, x and dy are read once per step; elsewhere these rows save per-row
-// statistics and kernels/param_grad.h reads them again. Aligned rows (head == tail == 0,
-// checked on the host). Dynamic shared memory: SliceSums::Bytes.
+// statistics and kernels/param_grad.h reads them again. kAligned: aligned rows (head == tail
+// == 0, checked on the host); else rows in phase in classes of one geometry (plan.h's
+// PhasedSlicePlan), each chunk's threads keeping their columns, the parameters refilled where
+// a team's next chunk is of another class. Dynamic shared memory: SliceSums::kBytes.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 struct SliceSums {
   using Acc = AccType<typename Args::InElem>;
@@ -527,13 +529,99 @@ struct SliceSums {
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
 };
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+// The column sums of a chunk of rows in phase (SliceRowSums, not kAligned): the packs' in
+// shared memory, the head and tail scalars' of this thread (at most one each: Ownership) in
+// registers.
+template <class PackSums, typename Acc, int kK>
+struct PhasedSums {
+  static constexpr int kCount = kK;
+  PackSums& packs;
+  Acc scalar[2][kK];  // the head's, the tail's
+
+  template <int kVec>
+  ROWNORM_DEVICE void Add(int k, int rank, const Acc (&a)[kK][kVec]) {
+    packs.Add(k, rank, a);
+  }
+  template <int kWhich>
+  ROWNORM_DEVICE void AddScalar(const Array<Acc, kK>& v) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) scalar[kWhich][j] += v[j];
+  }
+  // Writes scalar kWhich's sums at column `col` (where this thread owns one: col >= 0) as chunk
+  // `chunk`'s partials, and zeroes them.
+  template <int kWhich>
+  ROWNORM_DEVICE void WriteScalarAndZero(int64_t col, int64_t chunk, int64_t chunks, int64_t n,
+                                         Acc* partial) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+      if (col >= 0) partial[(j * chunks + chunk) * n + col] = scalar[kWhich][j];
+      scalar[kWhich][j] = Acc(0);
+    }
+  }
+};
+
+// SliceRowSums of rows in phase (plan.h's PhasedSlicePlan): chunk c of class q = c / blocks
+// runs rows first, first + kVec, ... (< first + kVec·chunk_rows, < rows), first = (c % blocks)·
+// kVec·chunk_rows + q, whose geometry (RowGeometry) is row q's; a chunk past the last row writes
+// zeros. The parameters' copy is refilled where the class changes.
+template <class Row, int kVecs, class Team, class Slices, class Sums, class Op, class Args>
+ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op, Slices& slices,
+                                      Sums& sums, AccType<typename Args::InElem>* partial,
+                                      int chunk_rows, bool prefetch_next_row) {
+  using Acc = AccType<typename Args::InElem>;
+  using TIn = typename Args::InElem;
+  constexpr int kVec = Args::kPackWidth;
+  constexpr int kCluster = Team::kSlices;
+  PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
+  const int64_t block = int64_t{kVec} * chunk_rows;
+  const int64_t blocks = (args.rows + block - 1) / block;
+  const int64_t chunks = kVec * blocks;
+  const int64_t teams = gridDim.x / kCluster;
+  const auto first_row = [&](int64_t c) { return (c % blocks) * block + c / blocks; };
+  const int slice = team.SliceRank();
+  int64_t filled = -1;  // the class whose columns `slices` holds
+  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
+    const int64_t q = c / blocks;
+    const int64_t first = first_row(c);
+    const int64_t last = min(args.rows, first + block);
+    // the class's geometry (an empty chunk writes zeros at any geometry's columns)
+    const int64_t like = q < args.rows ? q : 0;
+    const auto geo = RowGeometry<TIn, kVec>::template Of<false>(
+        InOffset<Args>(args.in[0], 0, like * args.in_stride[0]), args.n);
+    const Ownership<Team, kVec> own(team, geo, true);
+    const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
+    const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
+    if (first < last && q != filled) {
+      slices.Fill(op.ColumnParams(), threadIdx.x, begin, end, geo.head);
+      filled = q;
+    }
+    for (int64_t row = first; row < last; row += kVec) {
+      Row r(team, args, row, true, &slices);
+      if constexpr (SliceMayPrefetchNextRow(Team::kThreads, kVecs, kCluster, Op::kColumnSums)) {
+        if (prefetch_next_row) {
+          // the team's next row: this chunk's, else the first of its next chunk
+          const int64_t next = row + kVec < last ? row + kVec
+                               : c + teams < chunks && first_row(c + teams) < args.rows
+                                   ? first_row(c + teams)
+                                   : -1;
+          if (next >= 0) Row::PrefetchL2(team, args, next);
+        }
+      }
+      op(r, &phased);
+    }
+    sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial, geo.head);
+    phased.template WriteScalarAndZero<0>(own.head_col, c, chunks, args.n, partial);
+    phased.template WriteScalarAndZero<1>(own.tail_col, c, chunks, args.n, partial);
+  }
+}
+
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows, bool prefetch_next_row) {
   using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
   using Team = typename S::Team;
-  using Row = CachedRow<Args, kVec, kVecs, Team, true, typename S::Slices>;
+  using Row = CachedRow<Args, kVec, kVecs, Team, kAligned, typename S::Slices>;
   __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
                                 ClusterReduceStorage<kThreads, kCluster>>
       storage;
@@ -541,35 +629,41 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
   auto& slices = *reinterpret_cast<typename S::Slices*>(DynamicSharedMemory());
   auto& sums =
       *reinterpret_cast<typename S::Sums*>(DynamicSharedMemory() + sizeof(typename S::Slices));
-  const int64_t vecs = args.n / kVec;
-  const int slice = team.SliceRank();
-  const int64_t begin = Ownership<Team, kVec>::SliceBegin(vecs, slice);
-  const int64_t end = Ownership<Team, kVec>::SliceBegin(vecs, slice + 1);
-  slices.Fill(op.ColumnParams(), threadIdx.x, begin, end);
-  sums.Zero(threadIdx.x);
-  const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
-  const int64_t teams = gridDim.x / kCluster;
-  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
-    const int64_t last = min(args.rows, (c + 1) * chunk_rows);
-    for (int64_t row = c * chunk_rows; row < last; ++row) {
-      Row r(team, args, row, true, &slices);
-      if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
-        if (prefetch_next_row) {
-          // the team's next row: this chunk's, else the first of its next chunk
-          const int64_t next = row + 1 < last       ? row + 1
-                               : c + teams < chunks ? (c + teams) * chunk_rows
-                                                    : -1;
-          if (next >= 0) Row::PrefetchL2(team, args, next);
+  if constexpr (!kAligned) {
+    sums.Zero(threadIdx.x);
+    PhasedSliceChunks<Row, kVecs>(team, args, op, slices, sums, partial, chunk_rows,
+                                  prefetch_next_row);
+  } else {
+    const int64_t vecs = args.n / kVec;
+    const int slice = team.SliceRank();
+    const int64_t begin = Ownership<Team, kVec>::SliceBegin(vecs, slice);
+    const int64_t end = Ownership<Team, kVec>::SliceBegin(vecs, slice + 1);
+    slices.Fill(op.ColumnParams(), threadIdx.x, begin, end);
+    sums.Zero(threadIdx.x);
+    const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
+    const int64_t teams = gridDim.x / kCluster;
+    for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
+      const int64_t last = min(args.rows, (c + 1) * chunk_rows);
+      for (int64_t row = c * chunk_rows; row < last; ++row) {
+        Row r(team, args, row, true, &slices);
+        if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
+          if (prefetch_next_row) {
+            // the team's next row: this chunk's, else the first of its next chunk
+            const int64_t next = row + 1 < last       ? row + 1
+                                 : c + teams < chunks ? (c + teams) * chunk_rows
+                                                      : -1;
+            if (next >= 0) Row::PrefetchL2(team, args, next);
+          }
         }
+        op(r, &sums);
       }
-      op(r, &sums);
+      sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
     }
-    sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
   }
   if constexpr (kCluster > 1) team.Finish();
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
                        int chunk_rows, bool prefetch_next_row) {
@@ -577,12 +671,12 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kCluster > 1) {
     __trap();  // launched on sm_90+ only (checked on the host)
   } else {
-    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows,
-                                                            prefetch_next_row);
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op, partial, chunk_rows,
+                                                                      prefetch_next_row);
   }
 #else
-  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster>(args, op, partial, chunk_rows,
-                                                          prefetch_next_row);
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op, partial, chunk_rows,
+                                                                    prefetch_next_row);
 #endif
 }
 
