@@ -61,7 +61,9 @@ class Plan:
             16-bit layer_norm forwards runs held to 64 registers a thread, two CTAs sharing an
             SM (one's loads in flight while the other waits at its barriers); None elsewhere.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
-            (and bias) once, not in every row: cluster-tier forwards on aligned rows (on GPUs
+            (and bias) once, not in every row: cluster-tier forwards on aligned rows, and
+            add_rms_norm's on odd rows whose operands start alike (once per class of rows of
+            one alignment) (on GPUs
             below 30 GB/s of DRAM bandwidth per SM, such as the H100, only where the register
             kernel holds too few rows to keep that bandwidth busy, on 16-CTA clusters, or
             where the parameters take more than twice the row's input bytes a column, as

@@ -152,9 +152,10 @@ cudaError_t LaunchPersistent(int64_t units, dim3 block, cudaStream_t stream, boo
 //   kShared     BulkRowKernel: a persistent grid, the rows in shared memory by bulk copies with
 //               kBulkStages in flight, where the stages take at most kMaxClusterSmem (one
 //               input: every configuration; three: the 256-thread ones, one CTA per SM);
-//   kParams     ClusterParamRowKernel: forwards with per-column parameters on aligned rows, a
-//               persistent grid of register rows whose parameters are read once per CTA; with
-//               the next row's loads in flight where KeptRowsPipelined.
+//   kParams     ClusterParamRowKernel: forwards with per-column parameters on aligned rows or
+//               rows in phase (OperandsInPhase: then class by class, the parameters read once
+//               per class), a persistent grid of register rows whose parameters are read once
+//               per CTA; with the next row's loads in flight where KeptRowsPipelined.
 // PlanRowOp picks, per device, the one it holds the most rows of at once (the GPU's
 // properties, not the row count; a cluster holds one row, a pipelined kParams one two): ties
 // go to kParams (it reads the fewest bytes), then to kRegisters (measured against kShared:
@@ -232,9 +233,10 @@ constexpr auto ClusterRegisterKernel() {
   }
 }
 
-// The cluster kernel of a configuration.
+// The cluster kernel of a configuration (kParams: of aligned rows, or with kAligned false of
+// rows in phase).
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
-          int kVecs = kClusterVecs>
+          int kVecs = kClusterVecs, bool kAligned = true>
 constexpr auto ClusterKernel() {
   static_assert(ClusterKindExists<Op, Args, kThreads, kKind, kVecs>(),
                 "planned only where it exists");
@@ -243,7 +245,7 @@ constexpr auto ClusterKernel() {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                 KeptRowsPipelined<Args, kThreads>()>;
+                                 KeptRowsPipelined<Args, kThreads>(), kAligned>;
   } else {
     return ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, false>();
   }
@@ -348,16 +350,18 @@ cudaError_t ResidentClusters(int* clusters) {
 }
 
 // The same for one configuration of the cluster tier's row kernels; 0 where the kernel does
-// not exist.
+// not exist (kAligned false: kParams's rows in phase, not of mixed problems).
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind,
-          int kVecs = kClusterVecs>
+          int kVecs = kClusterVecs, bool kAligned = true>
 cudaError_t CoResidentClusters(int* clusters) {
-  if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind, kVecs>()) {
+  if constexpr (!ClusterKindExists<Op, Args, kThreads, kKind, kVecs>() ||
+                (!kAligned && Args::kMixed)) {
     *clusters = 0;
     return cudaSuccess;
   } else {
-    return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), kThreads,
-                            kCluster, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(clusters);
+    return ResidentClusters<ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs, kAligned>(),
+                            kThreads, kCluster, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>(
+        clusters);
   }
 }
 
@@ -404,13 +408,18 @@ constexpr bool ParamsOutweighRow() {
 }
 
 // The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
-// exist): two per cluster where KeptRowsPipelined.
+// exist) for aligned rows or rows in phase: two per cluster where KeptRowsPipelined.
 template <class Op, class Args>
-cudaError_t KeptRowsInFlight(const RowPlan& plan, int* rows) {
+cudaError_t KeptRowsInFlight(const RowPlan& plan, bool aligned, int* rows) {
   return WithClusterShape<Op>(plan, [&](auto t, auto c, auto v) {
     constexpr int kThreads = decltype(t)::value;
-    const cudaError_t err = CoResidentClusters<Op, Args, kThreads, decltype(c)::value,
-                                               ClusterKind::kParams, decltype(v)::value>(rows);
+    constexpr int kCluster = decltype(c)::value;
+    constexpr int kVecs = decltype(v)::value;
+    const cudaError_t err =
+        aligned
+            ? CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs>(rows)
+            : CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs, false>(
+                  rows);
     if (KeptRowsPipelined<Args, kThreads>()) *rows *= 2;
     return err;
   });
@@ -495,8 +504,16 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       if (asked(ClusterKind::kShared)) {
         err = CoResidentClusters<Op, Args, ClusterKind::kShared>(*plan, &shared);
       }
-      if (err == cudaSuccess && asked(ClusterKind::kParams) && aligned) {
-        err = KeptRowsInFlight<Op, Args>(*plan, &params);
+      // Rows in phase (odd N) keep their parameters where the rule below would keep them only
+      // for ops of two row inputs (add_rms_norm), or where forced. H100, forward, the kept rows
+      // in phase against the register rows (ROWNORM_CLUSTER_ROWS; NOTES.md §44): add_rms_norm
+      // fp32 131071 / 262143 0.94 / 0.86x the time; layer_norm 1.04-1.18x (fp32 32769-131071,
+      // bf16 262143), rms_norm bf16 262143 1.12x, fp32 131071 1.01x, 262143 0.91x (the bulk
+      // rows 0.99x).
+      const bool kept_rows =
+          aligned || (OperandsInPhase(a) && (forced.has_value() || Args::kNumIn == 2));
+      if (err == cudaSuccess && asked(ClusterKind::kParams) && kept_rows) {
+        err = KeptRowsInFlight<Op, Args>(*plan, aligned, &params);
       }
       if (err == cudaSuccess) {
         err = RegisterRowsResident<Op, Args>(*plan, aligned, &registers);
@@ -549,14 +566,15 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
 // Launches one cluster configuration (PlanRowOp found that the device co-schedules it): the
 // persistent kernels (kShared, kParams) as a grid of the clusters the device runs at once, the
 // register one as a cluster per row.
-template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind, int kVecs>
+template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind, int kVecs,
+          bool kAligned = true>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind, kVecs>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
   if constexpr (kKind != ClusterKind::kRegisters) {
     int resident = 0;
     const cudaError_t err =
-        CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs>(&resident);
+        CoResidentClusters<Op, Args, kThreads, kCluster, kKind, kVecs, kAligned>(&resident);
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
@@ -572,8 +590,8 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
       return cudaLaunchKernelEx(&cfg, kKernel, a, op);
     }
   }
-  return cudaLaunchKernelEx(&cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs>(), a,
-                            op);
+  return cudaLaunchKernelEx(
+      &cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs, kAligned>(), a, op);
 }
 
 template <class Op, class Args, int kThreads, int kCluster, int kVecs>
@@ -581,6 +599,12 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, const RowPlan& plan,
                              cudaStream_t stream) {
   if constexpr (ClusterKindExists<Op, Args, kThreads, ClusterKind::kParams, kVecs>()) {
     if (plan.params_once) {
+      if constexpr (!Args::kMixed) {  // PlanRowOp keeps them for rows in phase too
+        if (!RowsAligned(a)) {
+          return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs, false>(
+              a, op, stream);
+        }
+      }
       return LaunchClusterRow<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs>(a, op,
                                                                                          stream);
     }

@@ -438,49 +438,98 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
   }
 }
 
+// The rows of a problem in phase (plan.h's PhasedSlicePlan) class by class: position u of
+// [0, rows) is row q + kVec·i of class q, the classes' rows in order, class 0's first. A
+// persistent team running positions c, c + teams, ... meets at most kVec classes.
+template <int kVec>
+struct PhasedRowOrder {
+  int64_t base;   // rows of the classes past `extra`; those before it have one more
+  int64_t extra;  // rows % kVec
+  ROWNORM_HOST_DEVICE explicit PhasedRowOrder(int64_t rows)
+      : base(rows / kVec), extra(rows % kVec) {}
+  ROWNORM_HOST_DEVICE int64_t Row(int64_t u) const {
+    const int64_t longer = extra * (base + 1);  // the positions of the longer classes
+    if (u < longer) return u / (base + 1) + kVec * (u % (base + 1));
+    const int64_t v = u - longer;
+    return extra + v / base + kVec * (v % base);
+  }
+};
+
 // The rows of the cluster tier's register kernels, cluster c running rows c, c + clusters, ...:
 // ClusterRowKernel and ClusterRowKernelBounded (a cluster per row), and ClusterParamRowKernel
-// (Slices = ParamSlicesOf: a persistent grid of the clusters the device runs at once on aligned
-// rows, whose threads copy their columns' parameters once into dynamic shared memory instead of
-// reading them in every row; head == tail == 0 is checked on the host). With kPipelined (a
-// persistent grid only) each thread issues its loads of the cluster's next row before it runs
-// the current one, so that they are in flight through the row's barriers and stores
-// (dispatch.cuh's KeptRowsPipelined). With kAligned the register rows are those of aligned
-// problems, without head or tail scalars (dispatch.cuh's ClusterRegisterKernel).
+// (Slices = ParamSlicesOf: a persistent grid of the clusters the device runs at once, whose
+// threads copy their columns' parameters into dynamic shared memory instead of reading them in
+// every row). With kPipelined (a persistent grid only) each thread issues its loads of the
+// cluster's next row before it runs the current one, so that they are in flight through the
+// row's barriers and stores (dispatch.cuh's KeptRowsPipelined). With kAligned the rows are
+// those of aligned problems, without head or tail scalars (checked on the host: dispatch.cuh's
+// ClusterRegisterKernel and ClusterParamRowKernel); kept parameters without kAligned are those
+// of a problem in phase, its rows run class by class (PhasedRowOrder) and the parameters' copy
+// refilled, shifted to the class's packs, where a cluster's next row is of another class.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
           class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kKept = !std::is_same_v<Slices, NoParamCache>;
+  constexpr bool kPhased = kKept && !kAligned;
   using Team = ClusterTeam<kThreads, kCluster>;
-  using Row = CachedRow<Args, kVec, kVecs, Team, kKept || kAligned, Slices>;
+  using Row = CachedRow<Args, kVec, kVecs, Team, kAligned, Slices>;
   __shared__ typename Team::Storage storage;
   Team team{storage};
   const int64_t clusters = gridDim.x / kCluster;
   const int64_t first = blockIdx.x / kCluster;
+  const PhasedRowOrder<kVec> order(args.rows);
+  const auto row_at = [&](int64_t u) {
+    if constexpr (kPhased) {
+      return order.Row(u);
+    } else {
+      return u;
+    }
+  };
   typename Row::Loaded loaded;
-  if constexpr (kPipelined) loaded = Row::Load(team, args, first, first < args.rows);
-  const Slices* slices = nullptr;
-  if constexpr (kKept) {
-    auto& kept = *reinterpret_cast<Slices*>(DynamicSharedMemory());
-    const int64_t vecs = args.n / kVec;
-    const int slice = team.SliceRank();
-    kept.Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
-              Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
-    slices = &kept;
+  if constexpr (kPipelined) {
+    loaded = Row::Load(team, args, first < args.rows ? row_at(first) : 0, first < args.rows);
   }
+  Slices* kept = nullptr;
+  const int slice = team.SliceRank();
+  if constexpr (kKept) {
+    kept = reinterpret_cast<Slices*>(DynamicSharedMemory());
+    if constexpr (kAligned) {
+      const int64_t vecs = args.n / kVec;
+      kept->Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
+                 Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
+    }
+  }
+  int64_t filled = -1;  // kPhased: the class whose columns `kept` holds
+  // Row `row`'s parameters in `kept` (kPhased: refilled for its class where that changed).
+  const auto params_for = [&](int64_t row) {
+    if constexpr (kPhased) {
+      if (row % kVec != filled) {
+        const auto geo = RowGeometry<typename Args::InElem, kVec>::template Of<false>(
+            InOffset<Args>(args.in[0], 0, row * args.in_stride[0]), args.n);
+        kept->Fill(op.ColumnParams(), threadIdx.x,
+                   Ownership<Team, kVec>::SliceBegin(geo.vecs, slice),
+                   Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1), geo.head);
+        filled = row % kVec;
+      }
+    }
+    return static_cast<const Slices*>(kept);
+  };
   if constexpr (kPipelined) {
 #pragma unroll 1
-    for (int64_t row = first; row < args.rows; row += clusters) {
+    for (int64_t u = first; u < args.rows; u += clusters) {
+      const int64_t row = row_at(u);
+      const bool more = u + clusters < args.rows;
       const typename Row::Loaded next =
-          Row::Load(team, args, row + clusters, row + clusters < args.rows);
-      Row r(team, args, row, true, loaded, slices);
+          Row::Load(team, args, more ? row_at(u + clusters) : 0, more);
+      Row r(team, args, row, true, loaded, params_for(row));
       op(r);
       loaded = next;
     }
   } else {
-    for (int64_t row = first; row < args.rows; row += clusters) {
-      Row r(team, args, row, true, slices);
+    for (int64_t u = first; u < args.rows; u += clusters) {
+      const int64_t row = row_at(u);
+      Row r(team, args, row, true, params_for(row));
       op(r);
     }
   }
@@ -496,11 +545,13 @@ __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, co
 }
 
 // Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
-// with the parameters kept per CTA, pipelined or not.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kPipelined>
+// with the parameters kept per CTA, pipelined or not, of aligned rows or (kAligned false) of
+// rows in phase.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kPipelined,
+          bool kAligned = true>
 __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args args, const Op op) {
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
-              ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>, kPipelined>(args, op);
+              ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>, kPipelined, kAligned>(args, op);
 }
 
 // Fused parameter gradients of rows past the CTA tier: the wide CTA (kCluster = 1, 512 x 8
