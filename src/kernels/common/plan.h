@@ -403,8 +403,8 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 // element size only, as the aligned ones do. H100, fwd+bwd with every gradient, 2^27 elements,
 // time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): bf16 16383-131071
 // layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32 1.26-1.49. Elsewhere
-// (the CTA tier's register sums: 16-bit rows of up to 8192, fp32 ones of up to 4096-8192) such
-// rows take the two-pass path.
+// (the CTA tier's register sums: rows of up to 8192 elements) such rows take the two-pass
+// path.
 inline FusedSumPlan PhasedSlicePlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
   const int64_t block = int64_t{vec} * chunk_rows;
   FusedSumPlan f{kernel, vec * ((rows + block - 1) / block), chunk_rows};
