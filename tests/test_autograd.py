@@ -126,6 +126,23 @@ def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields):
     return case, inp, outs, dys, first
 
 
+def _check_dx_as_two_pass(op_id, case, inp, outs, dys, fused, slices):
+    """The rows `slices` of a fused run, run on their own (too few rows for the fused path:
+    the two-pass one), give the same dx bits."""
+    import rownorm
+
+    want = frozenset(OPS[op_id].params)
+    n = inp["x"].shape[-1]
+    for sl in slices:
+        sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+        few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
+        assert few.param_grads == "two-pass", (n, few.raw)
+        part = case.raw_backward(
+            tuple(d[sl] for d in dys), sub, -1, tuple(o[sl] for o in outs), want
+        )
+        assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
+
+
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
@@ -203,15 +220,9 @@ def test_slice_param_grads(op_id, dtype):
         case, inp, outs, dys, fused = _check_fused_param_grads(
             op_id, x, params="once", chunk_rows=64 // elem
         )
-        want = frozenset(OPS[op_id].params)
-        for sl in (slice(0, 3), slice(rows + 10, rows + 17)):
-            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
-            few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
-            assert few.param_grads == "two-pass", (n, few.raw)
-            part = case.raw_backward(
-                tuple(d[sl] for d in dys), sub, -1, tuple(o[sl] for o in outs), want
-            )
-            assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
+        _check_dx_as_two_pass(
+            op_id, case, inp, outs, dys, fused, (slice(0, 3), slice(rows + 10, rows + 17))
+        )
 
 
 @pytest.mark.cuda
@@ -261,14 +272,9 @@ def test_phased_slice_param_grads(op_id, dtype):
             vec * -(-rows // block)
         )
         # rows that keep their alignment: the first three, the last block's three
-        for sl in (slice(0, 3), slice(rows - 3, rows)):
-            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
-            few = rownorm.explain(sub["x"], OPS[op_id].name, backward=True, param_grads=True)
-            assert few.param_grads == "two-pass", (n, few.raw)
-            part = case.raw_backward(
-                tuple(d[sl] for d in dys), sub, -1, tuple(o[sl] for o in outs), want
-            )
-            assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
+        _check_dx_as_two_pass(
+            op_id, case, inp, outs, dys, fused, (slice(0, 3), slice(rows - 3, rows))
+        )
         del fused, probe
         if n == lengths[0]:
             shifted = torch.empty(rows * n + 1, dtype=dtype, device="cuda")[1:].view(rows, n)
