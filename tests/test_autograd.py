@@ -126,6 +126,20 @@ def _check_fused_param_grads(op_id: str, x: torch.Tensor, **plan_fields):
     return case, inp, outs, dys, first
 
 
+def _fewest_fused_rows(op: str, n: int, dtype, rows: int, grow):
+    """The first of rows, grow(rows), ... whose backward with parameter gradients runs fused,
+    and its plan."""
+    import rownorm
+
+    while True:
+        probe = torch.empty((rows, n), dtype=dtype, device="cuda")
+        plan = rownorm.explain(probe, op, backward=True, param_grads=True)
+        if plan.param_grads == "fused":
+            return rows, plan
+        assert rows < 1 << 16, (n, plan.raw)
+        rows = grow(rows)
+
+
 def _check_dx_as_two_pass(op_id, case, inp, outs, dys, fused, slices):
     """The rows `slices` of a fused run, run on their own (too few rows for the fused path:
     the two-pass one), give the same dx bits."""
@@ -197,14 +211,8 @@ def test_slice_param_grads(op_id, dtype):
     if elem == 4 and OPS[op_id].name == "layer_norm":
         lengths.append(4096 * 20 + vec)  # 16 CTAs of 256
     for n in lengths:
-        rows = 64
-        while True:  # about the fewest rows whose chunks keep the device busy
-            probe = torch.empty((rows, n), dtype=dtype, device="cuda")
-            plan = rownorm.explain(probe, OPS[op_id].name, backward=True, param_grads=True)
-            if plan.param_grads == "fused":
-                break
-            assert rows < 1 << 16, (n, plan.raw)
-            rows = rows * 3 // 2
+        # about the fewest rows whose chunks keep the device busy
+        rows, plan = _fewest_fused_rows(OPS[op_id].name, n, dtype, 64, lambda r: r * 3 // 2)
         # plan.h, SlicePrefetchesNextRow: which teams bring their next row into L2 (sm_90+)
         cluster = plan.cluster or 1
         if OPS[op_id].name != "layer_norm":  # one column sum
@@ -255,14 +263,8 @@ def test_phased_slice_param_grads(op_id, dtype):
             lengths.append(512 * 3 * vec - 3)
     want = frozenset(OPS[op_id].params)
     for n in lengths:
-        rows = block
-        while True:  # about the fewest blocks whose chunks keep the device busy
-            probe = torch.empty((rows, n), dtype=dtype, device="cuda")
-            plan = rownorm.explain(probe, OPS[op_id].name, backward=True, param_grads=True)
-            if plan.param_grads == "fused":
-                break
-            assert rows < 1 << 16, (n, plan.raw)
-            rows += block
+        # about the fewest blocks whose chunks keep the device busy
+        rows, _ = _fewest_fused_rows(OPS[op_id].name, n, dtype, block, lambda r: r + block)
         rows += block + 3  # the last block's classes 3..vec-1 hold no row
         x = randn((rows, n), dtype, "cuda")
         case, inp, outs, dys, fused = _check_fused_param_grads(
@@ -275,7 +277,7 @@ def test_phased_slice_param_grads(op_id, dtype):
         _check_dx_as_two_pass(
             op_id, case, inp, outs, dys, fused, (slice(0, 3), slice(rows - 3, rows))
         )
-        del fused, probe
+        del fused
         if n == lengths[0]:
             shifted = torch.empty(rows * n + 1, dtype=dtype, device="cuda")[1:].view(rows, n)
             shifted.copy_(dys[0])
