@@ -428,8 +428,10 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
-  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there).
-  const auto slice_sums = [&] {
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there): the only fused
+  // plan of rows that are not whole (PhasedSlicePlan). None of the configurations below is one
+  // of these (rows of up to 256 threads x 4 packs, groups, fp32 rows of 512 x 4).
+  if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
     RowPlan k = plan;
     k.params_once = true;
     const int chunk_rows = kSliceChunkBytes / elem_size;
@@ -439,13 +441,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
                                                                  elem_size, column_sums, n);
     return fused;
-  };
-  const bool slices =
-      SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums);
-  if (!whole) {
-    if (slices) return slice_sums();
-    return std::nullopt;
   }
+  if (!whole) return std::nullopt;
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
   // and of the 4-pack CTA rows run with two packs per thread: at four, the column sums double
@@ -494,7 +491,6 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return CtaSumPlan(k, rows, kStagedChunkRows);
   }
-  if (slices) return slice_sums();
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
   // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).

@@ -438,6 +438,15 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
   }
 }
 
+// Row `row`'s geometry in input 0, which every operand of a problem in phase shares
+// (plan.h's OperandsInPhase).
+template <class Args>
+ROWNORM_DEVICE RowGeometry<typename Args::InElem, Args::kPackWidth> GeometryOfRow(const Args& args,
+                                                                                  int64_t row) {
+  return RowGeometry<typename Args::InElem, Args::kPackWidth>::template Of<false>(
+      InOffset<Args>(args.in[0], 0, row * args.in_stride[0]), args.n);
+}
+
 // The rows of a problem in phase (plan.h's PhasedSlicePlan) class by class: position u of
 // [0, rows) is row q + kVec·i of class q, the classes' rows in order, class 0's first. A
 // persistent team running positions c, c + teams, ... meets at most kVec classes.
@@ -505,8 +514,7 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
   const auto params_for = [&](int64_t row) {
     if constexpr (kPhased) {
       if (row % kVec != filled) {
-        const auto geo = RowGeometry<typename Args::InElem, kVec>::template Of<false>(
-            InOffset<Args>(args.in[0], 0, row * args.in_stride[0]), args.n);
+        const auto geo = GeometryOfRow(args, row);
         kept->Fill(op.ColumnParams(), threadIdx.x,
                    Ownership<Team, kVec>::SliceBegin(geo.vecs, slice),
                    Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1), geo.head);
@@ -620,7 +628,6 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
                                       Sums& sums, AccType<typename Args::InElem>* partial,
                                       int chunk_rows, bool prefetch_next_row) {
   using Acc = AccType<typename Args::InElem>;
-  using TIn = typename Args::InElem;
   constexpr int kVec = Args::kPackWidth;
   constexpr int kCluster = Team::kSlices;
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
@@ -636,9 +643,7 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
     const int64_t first = first_row(c);
     const int64_t last = min(args.rows, first + block);
     // the class's geometry (an empty chunk writes zeros at any geometry's columns)
-    const int64_t like = q < args.rows ? q : 0;
-    const auto geo = RowGeometry<TIn, kVec>::template Of<false>(
-        InOffset<Args>(args.in[0], 0, like * args.in_stride[0]), args.n);
+    const auto geo = GeometryOfRow(args, q < args.rows ? q : 0);
     const Ownership<Team, kVec> own(team, geo, true);
     const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
     const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
