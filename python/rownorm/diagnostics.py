@@ -87,10 +87,10 @@ class Plan:
             row into L2 while it reduces the current one (sm_90+: the 16-CTA clusters of 512
             threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of 16-bit rows
             that fill at most 3/4 of their team); None elsewhere.
-        row_classes: fused sums in shared memory on rows that do not start 16-byte aligned
-            (odd n) but start alike in every operand: the pack width, the number of classes of
-            rows with one alignment each (rows r and r + row_classes), whose chunks hold rows
-            of one class; None on aligned rows.
+        row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
+            alike in every operand: the pack width, the number of classes of rows with one
+            alignment each (rows r and r + row_classes), whose chunks hold rows of one class;
+            None on aligned rows.
         raw: the description as the C++ side wrote it (``key=value`` words).
     """
 

@@ -728,12 +728,13 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
-// The staged fused-sum kernel of a kThreads x kVecs configuration, its shared memory, and how
-// many of its CTAs the device holds at once (0: none fits; CtaRowSumsKernel runs the same
-// chunks instead).
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr auto StagedSumKernel = CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
-                                                        kStagedChunkRows, kFusedSumStages>;
+// The staged fused-sum kernel of a kThreads x kVecs configuration (kAligned false: rows in
+// phase), its shared memory, and how many of its CTAs the device holds at once (0: none fits;
+// CtaRowSumsKernel runs the same chunks instead).
+template <class Op, class Args, int kThreads, int kVecs, bool kAligned = true>
+constexpr auto StagedSumKernel =
+    CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kStagedChunkRows,
+                           kFusedSumStages, kAligned>;
 template <class Args, int kThreads, int kVecs>
 constexpr size_t StagedSumBytes() {
   return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
@@ -742,33 +743,41 @@ constexpr size_t StagedSumBytes() {
 // operands (fp32 only: plan.h).
 template <class Args>
 constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
-template <class Op, class Args>
+template <class Op, class Args, bool kAligned>
 cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
   if constexpr (kStagedWideSums<Args>) {
     if (k.packs == kCtaVecs && k.threads == 512) {
-      return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs>,
+      return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs, kAligned>,
                           StagedSumBytes<Args, 512, kCtaVecs>()>(512, ctas);
     }
   }
   if (k.packs != kFusedSumVecs) return cudaErrorInvalidConfiguration;
   switch (k.threads) {
     case 128:
-      return ResidentCtas<StagedSumKernel<Op, Args, 128, kFusedSumVecs>,
+      return ResidentCtas<StagedSumKernel<Op, Args, 128, kFusedSumVecs, kAligned>,
                           StagedSumBytes<Args, 128, kFusedSumVecs>()>(128, ctas);
     case 256:
-      return ResidentCtas<StagedSumKernel<Op, Args, 256, kFusedSumVecs>,
+      return ResidentCtas<StagedSumKernel<Op, Args, 256, kFusedSumVecs, kAligned>,
                           StagedSumBytes<Args, 256, kFusedSumVecs>()>(256, ctas);
     case 512:
-      return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs>,
+      return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs, kAligned>,
                           StagedSumBytes<Args, 512, kFusedSumVecs>()>(512, ctas);
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
 
+// f(std::bool_constant<kAligned>) for a fused plan's rows: aligned (row_classes 1) or in phase,
+// whose kernels are compiled for problems of one element type only (OperandsInPhase).
+template <class Args, class F>
+cudaError_t WithRowAlignment(const FusedSumPlan& plan, F f) {
+  if (plan.row_classes == 1) return f(std::true_type{});
+  if constexpr (!Args::kMixed) return f(std::false_type{});
+  return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+}
+
 // Fused sums in shared memory (SliceRowSumsKernel) of a team of kCluster CTAs (1: the wide CTA,
 // or 16-bit layer_norm's 512 x 4 packs) of kThreads x kVecs packs, for aligned rows or
-// (kAligned false) rows in phase (plan.h's PhasedSlicePlan; not mixed problems, whose
-// operands never are: OperandsInPhase).
+// (kAligned false) rows in phase (plan.h's PhasedSumPlan; WithRowAlignment).
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true>
@@ -779,13 +788,11 @@ constexpr bool SliceSumsFit() {
   return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
 }
 
-// How many of its teams the current device runs at once (0: not one fits, or no kernel of rows
-// in phase for mixed problems).
+// How many of its teams the current device runs at once (0: not one fits).
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t ResidentSliceTeams(int* teams) {
   constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
-  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>() ||
-                (!kAligned && Args::kMixed)) {
+  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
     *teams = 0;
     return cudaSuccess;
   } else if constexpr (kCluster == 1) {
@@ -801,8 +808,7 @@ cudaError_t ResidentSliceTeams(int* teams) {
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
-  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>() &&
-                (kAligned || !Args::kMixed)) {
+  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
     constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
     constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>;
     int teams = 0;
@@ -880,11 +886,11 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
       // 32768 0.81x (NOTES.md §29). With fewer rows the two-pass path runs a team per row.
       // Both paths write the same dx.
       int teams = 0;
-      const bool aligned = (*plan)->row_classes == 1;
-      err = WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
-        constexpr int kT = decltype(t)::value, kV = decltype(v)::value, kC = decltype(c)::value;
-        return aligned ? ResidentSliceTeams<Op, Args, kT, kV, kC, true>(&teams)
-                       : ResidentSliceTeams<Op, Args, kT, kV, kC, false>(&teams);
+      err = WithRowAlignment<Args>(**plan, [&](auto aligned) {
+        return WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
+          return ResidentSliceTeams<Op, Args, decltype(t)::value, decltype(v)::value,
+                                    decltype(c)::value, decltype(aligned)::value>(&teams);
+        });
       });
       if (err != cudaSuccess) return err;
       if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) plan->reset();
@@ -893,7 +899,9 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.stages > 0) {
       int ctas = 0;
-      err = StagedSumCtas<Op, Args>((*plan)->kernel, &ctas);
+      err = WithRowAlignment<Args>(**plan, [&](auto aligned) {
+        return StagedSumCtas<Op, Args, decltype(aligned)::value>((*plan)->kernel, &ctas);
+      });
       if (err != cudaSuccess) return err;
       if (ctas == 0) (*plan)->kernel.stages = 0;
     }
@@ -913,15 +921,17 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
 }
 
 // CTA-tier sums of kRows-row CTAs; `cluster` = kSumClusterCtas: in clusters that write one
-// partial per kSumClusterCtas CTAs (plan.h), where the sums' exchange fits.
-template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows>
+// partial per kSumClusterCtas CTAs (plan.h), where the sums' exchange fits. kAligned false:
+// rows in phase, a CTA per chunk of PhasedChunks.
+template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows,
+          bool kAligned = true>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                              cudaStream_t stream, int cluster = 0) {
   constexpr int kVec = Args::kPackWidth;
   constexpr bool kPipelined = kVecs == kFusedSumVecs;  // two packs: two rows in flight
   using Exchange =
       SumExchange<AccType<typename Args::InElem>, OpTraits<Op>::kColumnSums, kVecs, kVec, kThreads>;
-  if constexpr (kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
+  if constexpr (kAligned && kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
     if (cluster == kSumClusterCtas) {
       constexpr int64_t kChunkRows = int64_t{kSumClusterCtas} * kRows;
       const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
@@ -935,24 +945,84 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args:
     }
   }
   if (cluster > 1) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
-  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined>
-      <<<GridFor((a.rows + kRows - 1) / kRows), kThreads, 0, stream>>>(a, op, partial);
+  constexpr int64_t kBlock = kAligned ? kRows : int64_t{kVec} * kRows;
+  const int64_t chunks = (kBlock / kRows) * ((a.rows + kBlock - 1) / kBlock);
+  CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, 1, kAligned>
+      <<<GridFor(chunks), kThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
 }
 
 // Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
-template <class Op, class Args, int kThreads, int kVecs = kFusedSumVecs>
+template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
 cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
                                   AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
   if (plan.kernel.stages == kFusedSumStages) {
     bool launched = false;
-    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs>,
+    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned>,
                                              StagedSumBytes<Args, kThreads, kVecs>()>(
         plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
-  return LaunchCtaRowSums<Op, Args, kThreads, kVecs, kStagedChunkRows>(a, op, partial, stream);
+  return LaunchCtaRowSums<Op, Args, kThreads, kVecs, kStagedChunkRows, kAligned>(a, op, partial,
+                                                                                 stream);
+}
+
+// The CTA tier's fused sums (CtaRowSumsKernel, CtaRowSumsStagedKernel) of `plan`, of aligned
+// rows or (kAligned false) rows in phase.
+template <class Op, class Args, bool kAligned>
+cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& plan,
+                              AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  const RowPlan& k = plan.kernel;
+  if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
+    if constexpr (kStagedWideSums<Args>) {
+      if (k.packs == kCtaVecs && k.threads == 512) {
+        return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs, kAligned>(a, op, plan, partial,
+                                                                        stream);
+      }
+    }
+    if (k.packs == kFusedSumVecs) {
+      switch (k.threads) {
+        case 128:
+          return LaunchCtaRowSumsOfTwo<Op, Args, 128, kFusedSumVecs, kAligned>(a, op, plan, partial,
+                                                                               stream);
+        case 256:
+          return LaunchCtaRowSumsOfTwo<Op, Args, 256, kFusedSumVecs, kAligned>(a, op, plan, partial,
+                                                                               stream);
+        case 512:
+          return LaunchCtaRowSumsOfTwo<Op, Args, 512, kFusedSumVecs, kAligned>(a, op, plan, partial,
+                                                                               stream);
+      }
+    }
+  } else {
+    constexpr int kRows = kFusedChunkRows;
+    if (k.packs == kFusedSumVecs && k.threads == 128) {
+      return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs, kRows, kAligned>(a, op, partial, stream,
+                                                                             k.cluster);
+    }
+    if (k.packs == kFusedSumVecs && k.threads == 256) {
+      return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs, kRows, kAligned>(a, op, partial, stream,
+                                                                             k.cluster);
+    }
+    if constexpr (Args::kNumIn == 3) {  // add_rms_norm
+      if (k.packs == kFusedSumVecs && k.threads == 512) {
+        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs, kRows, kAligned>(a, op, partial,
+                                                                               stream, k.cluster);
+      }
+    }
+    if (k.packs == kCtaVecs && k.threads == 256) {
+      return LaunchCtaRowSums<Op, Args, 256, kCtaVecs, kRows, kAligned>(a, op, partial, stream,
+                                                                        k.cluster);
+    }
+    // 16-bit rows of 512 x 4 run the slice sums (SliceSumsApply): compiled for fp32 only.
+    if constexpr (!SliceSumsApply(RowTier::kCta, 512, kCtaVecs, 1, PlannedElemSize<Args>(), 1)) {
+      if (k.packs == kCtaVecs && k.threads == 512) {
+        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs, kRows, kAligned>(a, op, partial, stream,
+                                                                          k.cluster);
+      }
+    }
+  }
+  return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }
 
 // Runs `op` on every row of `a` as `plan` (PlanRowSumOp of `a`) says and writes its column
@@ -963,14 +1033,6 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
                            AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // PlanFusedSums plans no float64
     const RowPlan& k = plan.kernel;
-    if (k.params_once) {
-      return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
-        constexpr int kT = decltype(t)::value, kV = decltype(v)::value, kC = decltype(c)::value;
-        return plan.row_classes == 1
-                   ? LaunchSliceRowSums<Op, Args, kT, kV, kC, true>(a, op, plan, partial, stream)
-                   : LaunchSliceRowSums<Op, Args, kT, kV, kC, false>(a, op, plan, partial, stream);
-      });
-    }
     if (k.tier == RowTier::kGroup) {
       switch (k.width) {
         case 8: return LaunchGroupRowSums<Op, Args, 8>(a, op, partial, stream);
@@ -979,41 +1041,16 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       }
       return cudaErrorInvalidConfiguration;
     }
-    if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
-      if constexpr (kStagedWideSums<Args>) {
-        if (k.packs == kCtaVecs && k.threads == 512) {
-          return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs>(a, op, plan, partial, stream);
-        }
+    return WithRowAlignment<Args>(plan, [&](auto aligned) {
+      constexpr bool kAligned = decltype(aligned)::value;
+      if (k.params_once) {
+        return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
+          return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,
+                                    decltype(c)::value, kAligned>(a, op, plan, partial, stream);
+        });
       }
-      if (k.packs == kFusedSumVecs) {
-        switch (k.threads) {
-          case 128: return LaunchCtaRowSumsOfTwo<Op, Args, 128>(a, op, plan, partial, stream);
-          case 256: return LaunchCtaRowSumsOfTwo<Op, Args, 256>(a, op, plan, partial, stream);
-          case 512: return LaunchCtaRowSumsOfTwo<Op, Args, 512>(a, op, plan, partial, stream);
-        }
-      }
-    } else {
-      if (k.packs == kFusedSumVecs && k.threads == 128) {
-        return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs>(a, op, partial, stream, k.cluster);
-      }
-      if (k.packs == kFusedSumVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs>(a, op, partial, stream, k.cluster);
-      }
-      if constexpr (Args::kNumIn == 3) {  // add_rms_norm
-        if (k.packs == kFusedSumVecs && k.threads == 512) {
-          return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs>(a, op, partial, stream, k.cluster);
-        }
-      }
-      if (k.packs == kCtaVecs && k.threads == 256) {
-        return LaunchCtaRowSums<Op, Args, 256, kCtaVecs>(a, op, partial, stream, k.cluster);
-      }
-      // 16-bit rows of 512 x 4 run the slice sums (SliceSumsApply): compiled for fp32 only.
-      if constexpr (!SliceSumsApply(RowTier::kCta, 512, kCtaVecs, 1, PlannedElemSize<Args>(), 1)) {
-        if (k.packs == kCtaVecs && k.threads == 512) {
-          return LaunchCtaRowSums<Op, Args, 512, kCtaVecs>(a, op, partial, stream, k.cluster);
-        }
-      }
-    }
+      return LaunchCtaTierSums<Op, Args, kAligned>(a, op, plan, partial, stream);
+    });
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
 }

@@ -275,9 +275,10 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 
 // ---------------------------------------------------------------------------------------
 // Fused parameter gradients (ops with column sums): rows that start 16-byte aligned and whose
-// n is a multiple of the pack width run CtaRowSumsKernel / GroupRowSumsKernel (the CTA tier's
-// 2- and 4-pack rows, a warp x 8 packs, the 4-pack group tier) or SliceRowSumsKernel (longer
-// rows), which write per-chunk partials of the sums.
+// n is a multiple of the pack width run CtaRowSumsKernel / CtaRowSumsStagedKernel /
+// GroupRowSumsKernel (the CTA tier's 2- and 4-pack rows, a warp x 8 packs, the 4-pack group
+// tier) or SliceRowSumsKernel (longer rows), which write per-chunk partials of the sums; rows
+// in phase (PhasedSumPlan) run the same kernels but the group tier's.
 // Elsewhere the backward saves per-row statistics for kernels/param_grad.h (a second read of x
 // and dy).
 //
@@ -384,8 +385,8 @@ struct FusedSumPlan {
                        // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                        // kFusedGroupRows x groups)
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow
-  int row_classes = 1;  // SliceRowSumsKernel: 1 for aligned rows; the pack width for rows in
-                        // phase that do not start 16-byte aligned (PhasedSlicePlan)
+  int row_classes = 1;  // 1 for aligned rows; the pack width for rows in phase that do not
+                        // start 16-byte aligned (PhasedSumPlan; not the group tier)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -395,17 +396,16 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 
 // Rows that do not start 16-byte aligned (odd N) in operands that share each row's alignment
 // (OperandsInPhase): row r has the same geometry as row r + vec (a scalar head, vec-wide
-// packs, a scalar tail: RowGeometry), so SliceRowSumsKernel runs them in `vec` classes whose
+// packs, a scalar tail: RowGeometry), so the fused kernels run them in `vec` classes whose
 // chunks hold rows of one geometry each, and a thread's packs keep their columns through a
 // chunk as on aligned rows. Chunk c of class q = c / blocks, block b = c % blocks
 // (blocks = ceil(rows / (vec·chunk_rows))) holds rows b·vec·chunk_rows + q + vec·i, i <
 // chunk_rows; a chunk past the last row writes zeros. The chunks depend on rows, n and the
 // element size only, as the aligned ones do. H100, fwd+bwd with every gradient, 2^27 elements,
-// time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): bf16 16383-131071
-// layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32 1.26-1.49. Elsewhere
-// (the CTA tier's register sums: rows of up to 8192 elements) such rows take the two-pass
-// path.
-inline FusedSumPlan PhasedSlicePlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
+// time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): slice sums, bf16
+// 16383-131071 layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32
+// 1.26-1.49. The CTA tier's register sums run them too, unclustered (§45).
+inline FusedSumPlan PhasedSumPlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
   const int64_t block = int64_t{vec} * chunk_rows;
   FusedSumPlan f{kernel, vec * ((rows + block - 1) / block), chunk_rows};
   f.row_classes = vec;
@@ -416,7 +416,7 @@ inline FusedSumPlan PhasedSlicePlan(const RowPlan& kernel, int64_t rows, int chu
 // sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
 // multiple of the pack width; `in_phase`: each row starts at the same offset from 16 bytes in
-// every operand (PhasedSlicePlan).
+// every operand (PhasedSumPlan).
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool in_phase, bool clusters,
                                                  bool wide_cta, int column_sums, int row_inputs,
@@ -428,21 +428,22 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
   n = std::max(n, PlanLengthFloor());  // the configurations below hold n (ROWNORM_PLAN_AS_N)
-  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there): the only fused
-  // plan of rows that are not whole (PhasedSlicePlan). None of the configurations below is one
-  // of these (rows of up to 256 threads x 4 packs, groups, fp32 rows of 512 x 4).
+  // The chunks of `chunk_rows` rows of kernel k: of the rows' classes where they are not whole.
+  const auto chunked = [&](const RowPlan& k, int chunk_rows) {
+    return whole ? CtaSumPlan(k, rows, chunk_rows) : PhasedSumPlan(k, rows, chunk_rows, vec);
+  };
+  // Sums in shared memory, chunks of kSliceChunkBytes per column (see there). None of the
+  // configurations below is one of these (rows of up to 256 threads x 4 packs, groups, fp32
+  // rows of 512 x 4).
   if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
     RowPlan k = plan;
     k.params_once = true;
-    const int chunk_rows = kSliceChunkBytes / elem_size;
-    FusedSumPlan fused =
-        whole ? CtaSumPlan(k, rows, chunk_rows) : PhasedSlicePlan(k, rows, chunk_rows, vec);
+    FusedSumPlan fused = chunked(k, kSliceChunkBytes / elem_size);
     // (the bulk prefetch needs sm_90, as the clusters do)
     fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
                                                                  elem_size, column_sums, n);
     return fused;
   }
-  if (!whole) return std::nullopt;
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
   // NOTES.md §5, §16, §24). The rows of a warp x 8 packs (2048 / 1024 16-bit / fp32 elements)
   // and of the 4-pack CTA rows run with two packs per thread: at four, the column sums double
@@ -460,16 +461,17 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // fits, on the 2-pack rows and on 16-bit 4-pack rows. Graph-timed fwd+bwd steps on the H100
   // (NOTES.md §25), clustered against 16-row partials: bf16 2048 0.97x, 4096 0.96x, 8192
   // (256 x 4) 0.97x, fp32 1024 0.985x, 2048 0.99x; fp32 4096 (256 x 4, whose 16-row
-  // partials are a sixteenth of an input's bytes) 1.03x.
+  // partials are a sixteenth of an input's bytes) 1.03x. Rows in phase run unclustered: the
+  // exchange carries packs only.
   const auto one_sum = [&](RowPlan k) {
     const int64_t exchange =
         int64_t{k.threads} * k.packs * vec * static_cast<int64_t>(sizeof(float));
-    if (clusters && exchange <= kMaxSumExchangeBytes &&
+    if (whole && clusters && exchange <= kMaxSumExchangeBytes &&
         (k.packs == kFusedSumVecs || elem_size < 4)) {
       k.cluster = kSumClusterCtas;
       return CtaSumPlan(k, rows, kSumClusterCtas * kFusedChunkRows);
     }
-    return CtaSumPlan(k, rows, kFusedChunkRows);
+    return chunked(k, kFusedChunkRows);
   };
   // Two sums, rows of up to 512 threads x 2 packs (8192 16-bit / 4096 fp32): the staged
   // persistent kernel on 64-row chunks. fwd+bwd A/B against the table before it (two-pass sums
@@ -480,7 +482,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
     RowPlan k = two_packs(threads);
     k.stages = kFusedSumStages;
-    return CtaSumPlan(k, rows, kStagedChunkRows);
+    return chunked(k, kStagedChunkRows);
   }
   // Two sums, fp32 rows of 512 threads x 4 packs (4097-8192): the same staged kernel, one CTA
   // per SM (two 64 KB stages); two-pass, they ran at 70-72% of copy, 0.74x Liger's step on
@@ -489,7 +491,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (column_sums == 2 && cta && elem_size == 4 && n <= int64_t{512} * kCtaVecs * vec) {
     RowPlan k{RowTier::kCta, vec, 0, 512, 0, kCtaVecs};
     k.stages = kFusedSumStages;
-    return CtaSumPlan(k, rows, kStagedChunkRows);
+    return chunked(k, kStagedChunkRows);
   }
   // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
@@ -514,8 +516,9 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // up to 64, which the table puts on 4-lane groups, run on 8-lane groups here: the tier
   // sweep timed that configuration at 0.72-0.79x the two-pass 4-lane step at 64 (H100,
   // benchmarks/results/h100/tier_sweep/, NOTES.md §20).
-  // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows.
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
+  // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Not
+  // rows in phase: the groups of a CTA share its copy of the parameters, of one class.
+  if (whole && plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
     RowPlan group = plan;
     group.width = std::max(plan.width, 8);
     const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;
@@ -541,7 +544,7 @@ bool FusedOperandsAligned(const Args& a) {
 }
 
 // Whether each row of `a` starts at the same offset from 16 bytes in every operand
-// (PhasedSlicePlan): row 0 at the same offset, the row strides equal modulo the pack width.
+// (PhasedSumPlan): row 0 at the same offset, the row strides equal modulo the pack width.
 // Not mixed problems, whose operands differ in element size.
 template <class Args>
 bool OperandsInPhase(const Args& a) {

@@ -256,7 +256,8 @@ struct SharedColumnSums {
 // conversion and the offset per element (with the aligned rows of RowGeometry::Of, the fused
 // backward went from ~48 to ~28 instructions per element: benchmarks/results/h100/NOTES.md §25).
 // Team thread t's values for its pack k at [j][k][h][t], in 16-byte pieces h (a warp's
-// loads contiguous). Valid for rows whose thread t owns packs t + k * kThreads (aligned rows).
+// loads contiguous). Valid for rows whose thread t owns packs t + k * kThreads, of the
+// geometry it was filled for (Fill's head: aligned rows, or one class of rows in phase).
 struct NoParamCache {};
 
 template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
@@ -268,13 +269,14 @@ struct ParamCache {
   using Piece = typename ThreadPieces<Acc, kVec>::Piece;
   Piece pieces[K][kVecs][kPieces][kThreads];
 
-  // Thread `rank` of the team writes the values of its columns (0 past n).
-  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t n) {
+  // Thread `rank` of the team writes the values of its columns (0 past n), its packs those of
+  // rows whose packs start `head` columns in (rows in phase; 0: aligned rows).
+  ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t n, int64_t head = 0) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
-        const int64_t col0 = (rank + int64_t{k} * kThreads) * kVec;
+        const int64_t col0 = head + (rank + int64_t{k} * kThreads) * kVec;
 #pragma unroll
         for (int h = 0; h < kPieces; ++h) {
           Piece q;
@@ -673,9 +675,9 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 // aligned problems (tier_kernels.cuh) set kAligned (their rows have no head or tail:
 // RowGeometry::Of); the first two pass the ParamCache their CTA filled as `Cache`, from which
 // ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory). The
-// fused kernel of rows in phase (SliceRowSumsKernel, plan.h's PhasedSlicePlan) passes one
-// without kAligned: the cache holds the packs' columns of its rows' geometry, and the head
-// and tail scalars' parameters are read from global memory.
+// fused kernels of rows in phase (plan.h's PhasedSumPlan) pass one without kAligned: the
+// cache holds the packs' columns of its rows' geometry, and the head and tail scalars'
+// parameters are read from global memory.
 template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
           class Cache = NoParamCache>
 class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache>, Args, kVec,

@@ -134,25 +134,28 @@ using FusedParams =
     std::conditional_t<sizeof(FusedParamCache<Op, Args, kVec, kVecs, kThreads>) <=
                            kMaxParamCacheBytes,
                        FusedParamCache<Op, Args, kVec, kVecs, kThreads>, NoParamCache>;
-template <class Op, class Args, int kVec, int kVecs, class Team>
-using FusedRow =
-    CachedRow<Args, kVec, kVecs, Team, true, FusedParams<Op, Args, kVec, kVecs, Team::kThreads>>;
+// kAligned false: rows in phase (plan.h's PhasedSumPlan), a chunk's rows of one class.
+template <class Op, class Args, int kVec, int kVecs, class Team, bool kAligned = true>
+using FusedRow = CachedRow<Args, kVec, kVecs, Team, kAligned,
+                           FusedParams<Op, Args, kVec, kVecs, Team::kThreads>>;
 
-// Threads `rank` of one team (`filler`) write op's parameters into `cache`, then the CTA waits
-// for them.
+// Threads `rank` of one team (`filler`) write op's parameters into `cache` (for rows whose
+// packs start `head` columns in), then the CTA waits for them.
 template <class Cache, class Op>
-ROWNORM_DEVICE void FillParams(Cache& cache, const Op& op, int rank, bool filler, int64_t n) {
+ROWNORM_DEVICE void FillParams(Cache& cache, const Op& op, int rank, bool filler, int64_t n,
+                               int64_t head = 0) {
   if constexpr (!std::is_same_v<Cache, NoParamCache>) {
-    if (filler) cache.Fill(op.ColumnParams(), rank, n);
+    if (filler) cache.Fill(op.ColumnParams(), rank, n, head);
     __syncthreads();
   }
 }
 
-// Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials.
+// Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials, its
+// packs those of rows whose packs start `head` columns in.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank, int64_t chunk,
-                              int64_t chunks, int64_t n, Acc* partial) {
-  const int64_t vecs = n / kVec;
+                              int64_t chunks, int64_t n, Acc* partial, int64_t head = 0) {
+  const int64_t vecs = (n - head) / kVec;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int64_t v = rank + k * kThreads;
@@ -161,12 +164,75 @@ ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int 
       for (int j = 0; j < kK; ++j) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          partial[(j * chunks + chunk) * n + v * kVec + e] = sums.v[j][k][e];
+          partial[(j * chunks + chunk) * n + head + v * kVec + e] = sums.v[j][k][e];
         }
       }
     }
   }
 }
+
+// Row `row`'s geometry in input 0, which every operand of a problem in phase shares
+// (plan.h's OperandsInPhase).
+template <class Args>
+ROWNORM_DEVICE RowGeometry<typename Args::InElem, Args::kPackWidth> GeometryOfRow(const Args& args,
+                                                                                  int64_t row) {
+  return RowGeometry<typename Args::InElem, Args::kPackWidth>::template Of<false>(
+      InOffset<Args>(args.in[0], 0, row * args.in_stride[0]), args.n);
+}
+
+// The chunks of rows in phase (plan.h's PhasedSumPlan): chunk c, of class Class(c), holds rows
+// First(c) + kVec·i, i < chunk_rows, below the last row.
+template <int kVec>
+struct PhasedChunks {
+  int64_t block;   // rows of a block, kVec·chunk_rows: a chunk of each class
+  int64_t blocks;  // ceil(rows / block)
+  int64_t chunks;  // kVec·blocks
+  ROWNORM_DEVICE PhasedChunks(int64_t rows, int chunk_rows)
+      : block(int64_t{kVec} * chunk_rows),
+        blocks((rows + block - 1) / block),
+        chunks(kVec * blocks) {}
+  ROWNORM_DEVICE int64_t Class(int64_t c) const { return c / blocks; }
+  ROWNORM_DEVICE int64_t First(int64_t c) const { return (c % blocks) * block + c / blocks; }
+};
+
+// The geometry of class q's rows (that of any row where the class holds none: its chunks
+// write zeros at every column).
+template <class Args>
+ROWNORM_DEVICE RowGeometry<typename Args::InElem, Args::kPackWidth> GeometryOfClass(
+    const Args& args, int64_t q) {
+  return GeometryOfRow(args, q < args.rows ? q : 0);
+}
+
+// The column sums of a chunk of rows in phase (the fused kernels without kAligned): the packs'
+// in registers (ColumnSums) or shared memory (SharedColumnSums), the head and tail scalars' of
+// this thread (at most one each: Ownership) in registers.
+template <class PackSums, typename Acc, int kK>
+struct PhasedSums {
+  static constexpr int kCount = kK;
+  PackSums& packs;
+  Acc scalar[2][kK];  // the head's, the tail's
+
+  template <int kVec>
+  ROWNORM_DEVICE void Add(int k, int rank, const Acc (&a)[kK][kVec]) {
+    packs.Add(k, rank, a);
+  }
+  template <int kWhich>
+  ROWNORM_DEVICE void AddScalar(const Array<Acc, kK>& v) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) scalar[kWhich][j] += v[j];
+  }
+  // Writes scalar kWhich's sums at column `col` (where this thread owns one: col >= 0) as chunk
+  // `chunk`'s partials, and zeroes them.
+  template <int kWhich>
+  ROWNORM_DEVICE void WriteScalarAndZero(int64_t col, int64_t chunk, int64_t chunks, int64_t n,
+                                         Acc* partial) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+      if (col >= 0) partial[(j * chunks + chunk) * n + col] = scalar[kWhich][j];
+      scalar[kWhich][j] = Acc(0);
+    }
+  }
+};
 
 // The column sums of the kCluster CTAs of a thread-block cluster, added in rank order into one
 // partial of chunk `chunk` (CtaRowSumsKernel with kCluster > 1; plan.h's kSumClusterCtas):
@@ -237,15 +303,19 @@ constexpr int PipelinedSumThreads() {
 constexpr int kUnpipelinedSumThreads = 512;
 // kCluster > 1 (sm_90+, launched as clusters of kCluster CTAs): chunk c / kCluster of
 // kCluster·kRows rows is written by the cluster as one partial (ClusterWriteSums), so
-// chunks = ceil(rows / (kCluster·kRows)); CTAs past the last row add zeros.
+// chunks = ceil(rows / (kCluster·kRows)); CTAs past the last row add zeros. kAligned false:
+// rows in phase (plan.h's PhasedSumPlan), unclustered: CTA c runs chunk c of PhasedChunks
+// (rows of one class, kVec apart) and writes its head and tail scalars' sums too.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined,
-          int kCluster = 1>
+          int kCluster = 1, bool kAligned = true>
 __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op, Args>()
                                                         : kUnpipelinedSumThreads) /
                                                 kThreads)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  static_assert(kAligned || kCluster == 1, "rows in phase run unclustered (plan.h)");
   using Acc = AccType<typename Args::InElem>;
-  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
+  using Sums = ColumnSums<Acc, Op::kColumnSums, kVecs, kVec>;
   using Exchange =
       std::conditional_t<(kCluster > 1), SumExchange<Acc, Op::kColumnSums, kVecs, kVec, kThreads>,
                          NoSumExchange>;
@@ -257,33 +327,60 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
   __shared__ Shared shared;
   auto& params = shared.params;
   CtaTeam<kThreads> team{storage};
-  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  Sums sums;
   ZeroSums(sums);
-  const int64_t chunks = (args.rows + int64_t{kCluster} * kRows - 1) / (int64_t{kCluster} * kRows);
   const int64_t c = blockIdx.x;
-  const int64_t end = min(args.rows, (c + 1) * kRows);
+  // The chunk's rows first, first + kStep, ... below end, of geometry `geo`.
+  constexpr int64_t kStep = kAligned ? 1 : kVec;
+  int64_t chunks, first, end;
+  RowGeometry<typename Args::InElem, kVec> geo{0, args.n / kVec, 0};
+  if constexpr (kAligned) {
+    chunks = (args.rows + int64_t{kCluster} * kRows - 1) / (int64_t{kCluster} * kRows);
+    first = c * kRows;
+    end = min(args.rows, first + kRows);
+  } else {
+    const PhasedChunks<kVec> pc(args.rows, kRows);
+    chunks = pc.chunks;
+    first = pc.First(c);
+    end = min(args.rows, first + pc.block);
+    geo = GeometryOfClass(args, pc.Class(c));
+  }
+  PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
+  const auto sums_of_rows = [&] {
+    if constexpr (kAligned) {
+      return &sums;
+    } else {
+      return &phased;
+    }
+  }();
   if constexpr (kPipelined) {
-    typename Row::Loaded loaded = Row::Load(team, args, c * kRows, c * kRows < end);
-    FillParams(params, op, threadIdx.x, true, args.n);  // while the first row's loads fly
+    typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
+    // while the first row's loads fly
+    FillParams(params, op, threadIdx.x, true, args.n, geo.head);
 #pragma unroll 1
-    for (int64_t row = c * kRows; row < end; ++row) {
-      const typename Row::Loaded next = Row::Load(team, args, row + 1, row + 1 < end);
+    for (int64_t row = first; row < end; row += kStep) {
+      const typename Row::Loaded next = Row::Load(team, args, row + kStep, row + kStep < end);
       Row r(team, args, row, true, loaded, &params);
-      op(r, &sums);
+      op(r, sums_of_rows);
       loaded = next;
     }
   } else {
-    FillParams(params, op, threadIdx.x, true, args.n);
-    for (int64_t row = c * kRows; row < end; ++row) {
+    FillParams(params, op, threadIdx.x, true, args.n, geo.head);
+    for (int64_t row = first; row < end; row += kStep) {
       Row r(team, args, row, true, &params);
-      op(r, &sums);
+      op(r, sums_of_rows);
     }
   }
   if constexpr (kCluster > 1) {
     ClusterWriteSums<kCluster>(sums, shared.exchange, c / kCluster, chunks, args.n, partial);
   } else {
     WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
-                                                           partial);
+                                                           partial, geo.head);
+    if constexpr (!kAligned) {
+      const Ownership<CtaTeam<kThreads>, kVec> own(team, geo, true);
+      phased.template WriteScalarAndZero<0>(own.head_col, c, chunks, args.n, partial);
+      phased.template WriteScalarAndZero<1>(own.tail_col, c, chunks, args.n, partial);
+    }
   }
 }
 
@@ -295,40 +392,82 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // restarts its pipeline every chunk. For two column sums, whose partials (twice those of one)
 // want long chunks and whose CTAs fit two to an SM (benchmarks/results/h100/NOTES.md §24).
 // The launcher sizes the grid to the CTAs the GPU holds at once (LaunchPersistent).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages>
+// kAligned false: rows in phase, the chunks of PhasedChunks; every chunk takes kRows units,
+// those past the last row idle, and the parameters are refilled where the class changes.
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
+          bool kAligned = true>
 __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
-  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>>;
+  using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
+  using Sums = ColumnSums<Acc, Op::kColumnSums, kVecs, kVec>;
   __shared__ BlockReduceStorage<kThreads> storage;
   __shared__ FusedParams<Op, Args, kVec, kVecs, kThreads> params;
   CtaTeam<kThreads> team{storage};
   auto* stages = reinterpret_cast<typename Row::Stage*>(DynamicSharedMemory());
-  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  Sums sums;
   ZeroSums(sums);
-  FillParams(params, op, threadIdx.x, true, args.n);
-  const int64_t chunks = (args.rows + kRows - 1) / kRows;
   const int64_t first = blockIdx.x;  // < chunks: the grid is at most `chunks` CTAs
   const int64_t step = gridDim.x;
-  const int64_t own = (chunks - first + step - 1) / step;  // chunks this CTA runs
-  // Its rows, counted 0, 1, ...: all kRows of each chunk but the last chunk of all, which
-  // holds rows - (chunks - 1)·kRows.
-  int64_t units = own * kRows;
-  if (first + (own - 1) * step == chunks - 1) units -= chunks * kRows - args.rows;
-  const auto row_of = [&](int64_t u) { return (first + (u / kRows) * step) * kRows + u % kRows; };
-  PipelineUnits<kStages>(
-      0, 1, units, [&](int64_t u, int s) { Row::Prefetch(team, args, row_of(u), stages[s]); },
-      [&](int64_t u, int s, auto refill) {
-        const int64_t row = row_of(u);
-        Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
-        op(r, &sums);
-        refill();  // the row's stores have used every staged pack
-        if (u % kRows == kRows - 1 || u == units - 1) {  // the chunk's last row
-          WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, row / kRows,
-                                                                 chunks, args.n, partial);
-          ZeroSums(sums);
-        }
-      });
+  if constexpr (kAligned) {
+    FillParams(params, op, threadIdx.x, true, args.n);
+    const int64_t chunks = (args.rows + kRows - 1) / kRows;
+    const int64_t own = (chunks - first + step - 1) / step;  // chunks this CTA runs
+    // Its rows, counted 0, 1, ...: all kRows of each chunk but the last chunk of all, which
+    // holds rows - (chunks - 1)·kRows.
+    int64_t units = own * kRows;
+    if (first + (own - 1) * step == chunks - 1) units -= chunks * kRows - args.rows;
+    const auto row_of = [&](int64_t u) { return (first + (u / kRows) * step) * kRows + u % kRows; };
+    PipelineUnits<kStages>(
+        0, 1, units, [&](int64_t u, int s) { Row::Prefetch(team, args, row_of(u), stages[s]); },
+        [&](int64_t u, int s, auto refill) {
+          const int64_t row = row_of(u);
+          Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
+          op(r, &sums);
+          refill();  // the row's stores have used every staged pack
+          if (u % kRows == kRows - 1 || u == units - 1) {  // the chunk's last row
+            WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, row / kRows,
+                                                                   chunks, args.n, partial);
+            ZeroSums(sums);
+          }
+        });
+  } else {
+    const PhasedChunks<kVec> pc(args.rows, kRows);
+    const int64_t own = (pc.chunks - first + step - 1) / step;
+    const auto chunk_of = [&](int64_t u) { return first + (u / kRows) * step; };
+    const auto row_of = [&](int64_t u) { return pc.First(chunk_of(u)) + kVec * (u % kRows); };
+    PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
+    int64_t filled = -1;  // the class whose columns `params` holds
+    PipelineUnits<kStages>(
+        0, 1, own * kRows,
+        [&](int64_t u, int s) {
+          const int64_t row = row_of(u);
+          if (row < args.rows) Row::Prefetch(team, args, row, stages[s]);
+        },
+        [&](int64_t u, int s, auto refill) {
+          const int64_t c = chunk_of(u);
+          const int64_t q = pc.Class(c);
+          const int64_t row = row_of(u);
+          if (row < args.rows) {
+            if (q != filled) {
+              FillParams(params, op, threadIdx.x, true, args.n, GeometryOfRow(args, q).head);
+              filled = q;
+            }
+            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
+            op(r, &phased);
+          }
+          refill();                      // the row's stores have used every staged pack
+          if (u % kRows == kRows - 1) {  // the chunk's last unit
+            const auto geo = GeometryOfClass(args, q);
+            WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, pc.chunks,
+                                                                   args.n, partial, geo.head);
+            ZeroSums(sums);
+            const Ownership<CtaTeam<kThreads>, kVec> at(team, geo, true);
+            phased.template WriteScalarAndZero<0>(at.head_col, c, pc.chunks, args.n, partial);
+            phased.template WriteScalarAndZero<1>(at.tail_col, c, pc.chunks, args.n, partial);
+          }
+        });
+  }
 }
 
 // Group tier: CTA b holds G = kCtaThreads / kWidth groups; group g runs rows
@@ -438,16 +577,7 @@ __global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, c
   }
 }
 
-// Row `row`'s geometry in input 0, which every operand of a problem in phase shares
-// (plan.h's OperandsInPhase).
-template <class Args>
-ROWNORM_DEVICE RowGeometry<typename Args::InElem, Args::kPackWidth> GeometryOfRow(const Args& args,
-                                                                                  int64_t row) {
-  return RowGeometry<typename Args::InElem, Args::kPackWidth>::template Of<false>(
-      InOffset<Args>(args.in[0], 0, row * args.in_stride[0]), args.n);
-}
-
-// The rows of a problem in phase (plan.h's PhasedSlicePlan) class by class: position u of
+// The rows of a problem in phase (plan.h's PhasedSumPlan) class by class: position u of
 // [0, rows) is row q + kVec·i of class q, the classes' rows in order, class 0's first. A
 // persistent team running positions c, c + teams, ... meets at most kVec classes.
 template <int kVec>
@@ -575,7 +705,7 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // Where it runs, x and dy are read once per step; elsewhere these rows save per-row
 // statistics and kernels/param_grad.h reads them again. kAligned: aligned rows (head == tail
 // == 0, checked on the host); else rows in phase in classes of one geometry (plan.h's
-// PhasedSlicePlan), each chunk's threads keeping their columns, the parameters refilled where
+// PhasedSumPlan), each chunk's threads keeping their columns, the parameters refilled where
 // a team's next chunk is of another class. Dynamic shared memory: SliceSums::kBytes.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
 struct SliceSums {
@@ -588,41 +718,9 @@ struct SliceSums {
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
 };
 
-// The column sums of a chunk of rows in phase (SliceRowSums, not kAligned): the packs' in
-// shared memory, the head and tail scalars' of this thread (at most one each: Ownership) in
-// registers.
-template <class PackSums, typename Acc, int kK>
-struct PhasedSums {
-  static constexpr int kCount = kK;
-  PackSums& packs;
-  Acc scalar[2][kK];  // the head's, the tail's
-
-  template <int kVec>
-  ROWNORM_DEVICE void Add(int k, int rank, const Acc (&a)[kK][kVec]) {
-    packs.Add(k, rank, a);
-  }
-  template <int kWhich>
-  ROWNORM_DEVICE void AddScalar(const Array<Acc, kK>& v) {
-#pragma unroll
-    for (int j = 0; j < kK; ++j) scalar[kWhich][j] += v[j];
-  }
-  // Writes scalar kWhich's sums at column `col` (where this thread owns one: col >= 0) as chunk
-  // `chunk`'s partials, and zeroes them.
-  template <int kWhich>
-  ROWNORM_DEVICE void WriteScalarAndZero(int64_t col, int64_t chunk, int64_t chunks, int64_t n,
-                                         Acc* partial) {
-#pragma unroll
-    for (int j = 0; j < kK; ++j) {
-      if (col >= 0) partial[(j * chunks + chunk) * n + col] = scalar[kWhich][j];
-      scalar[kWhich][j] = Acc(0);
-    }
-  }
-};
-
-// SliceRowSums of rows in phase (plan.h's PhasedSlicePlan): chunk c of class q = c / blocks
-// runs rows first, first + kVec, ... (< first + kVec·chunk_rows, < rows), first = (c % blocks)·
-// kVec·chunk_rows + q, whose geometry (RowGeometry) is row q's; a chunk past the last row writes
-// zeros. The parameters' copy is refilled where the class changes.
+// SliceRowSums of rows in phase (plan.h's PhasedSumPlan): the chunks of PhasedChunks, each of
+// its class's geometry; a chunk past the last row writes zeros. The parameters' copy is
+// refilled where the class changes.
 template <class Row, int kVecs, class Team, class Slices, class Sums, class Op, class Args>
 ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op, Slices& slices,
                                       Sums& sums, AccType<typename Args::InElem>* partial,
@@ -631,19 +729,16 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
   constexpr int kVec = Args::kPackWidth;
   constexpr int kCluster = Team::kSlices;
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
-  const int64_t block = int64_t{kVec} * chunk_rows;
-  const int64_t blocks = (args.rows + block - 1) / block;
-  const int64_t chunks = kVec * blocks;
+  const PhasedChunks<kVec> pc(args.rows, chunk_rows);
+  const int64_t chunks = pc.chunks;
   const int64_t teams = gridDim.x / kCluster;
-  const auto first_row = [&](int64_t c) { return (c % blocks) * block + c / blocks; };
   const int slice = team.SliceRank();
   int64_t filled = -1;  // the class whose columns `slices` holds
   for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
-    const int64_t q = c / blocks;
-    const int64_t first = first_row(c);
-    const int64_t last = min(args.rows, first + block);
-    // the class's geometry (an empty chunk writes zeros at any geometry's columns)
-    const auto geo = GeometryOfRow(args, q < args.rows ? q : 0);
+    const int64_t q = pc.Class(c);
+    const int64_t first = pc.First(c);
+    const int64_t last = min(args.rows, first + pc.block);
+    const auto geo = GeometryOfClass(args, q);
     const Ownership<Team, kVec> own(team, geo, true);
     const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
     const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
@@ -657,8 +752,8 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
         if (prefetch_next_row) {
           // the team's next row: this chunk's, else the first of its next chunk
           const int64_t next = row + kVec < last ? row + kVec
-                               : c + teams < chunks && first_row(c + teams) < args.rows
-                                   ? first_row(c + teams)
+                               : c + teams < chunks && pc.First(c + teams) < args.rows
+                                   ? pc.First(c + teams)
                                    : -1;
           if (next >= 0) Row::PrefetchL2(team, args, next);
         }
