@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -286,6 +288,103 @@ def test_phased_slice_param_grads(op_id, dtype):
             check_grads(case, inp, -1, dys_out, got, what=f"N={n}, dy out of phase")
         del case, inp, outs, dys, x
         torch.cuda.empty_cache()  # the next length's float64 reference needs the room
+
+
+@pytest.mark.cuda
+# as test_phased_slice_param_grads: one case per op body and parameter kind
+@pytest.mark.parametrize(
+    "op_id", ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_phased_cta_param_grads(op_id, dtype):
+    """Rows in phase of the CTA tier's lengths (odd N past the groups, up to 512 threads x 4
+    packs) sum their columns in registers, in pack-width classes of rows of one alignment
+    (plan.h, PhasedSumPlan): one sum on 16-row CTAs, in clusters of four that add their sums
+    (the head and tail scalars' too) into one 64-row partial where the aligned rows' are
+    (sm_90+), two (layer_norm) on the staged 64-row chunks. Every configuration the plan has
+    for these lengths, with n at several offsets from a pack and a last block whose classes are
+    partly empty (their chunks write zeros): the gradients match the reference and are
+    bit-identical run to run. fp32 layer_norm at 513 runs 564 chunks, more than four CTAs of
+    128 on each of 132 SMs, so a persistent CTA runs chunks of two classes and refills its
+    parameters."""
+    import rownorm
+
+    name = OPS[op_id].name
+    elem = torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elem
+    two = name == "layer_norm"
+    clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
+        "ROWNORM_DISABLE_CLUSTERS", "0"
+    ) in ("", "0")
+    # 2-pack rows of 128 and 256 threads; then 512 x 2 (two sums, or three row inputs) or
+    # 256 x 4 (rms_norm); fp32: 512 x 4
+    lengths = [128 * vec + 1, 512 * vec - 3, 1024 * vec - vec + 1]
+    if elem == 4:
+        lengths.append(2048 * vec - 1)
+    seen = set()
+    for n in lengths:
+        probe = torch.empty((1, n), dtype=dtype, device="cuda")
+        plan = rownorm.explain(probe, name, backward=True, param_grads=True)
+        cluster = 4 if clusters and not two and (plan.packs == 2 or elem == 2) else None
+        chunk_rows = 64 if two or cluster else 16
+        block = vec * chunk_rows
+        rows = 2 * block + 3  # the last block's classes 3..vec-1 hold no row
+        if two and elem == 4 and n == 128 * vec + 1:
+            rows = 140 * block + 3
+        x = randn((rows, n), dtype, "cuda")
+        plan = rownorm.explain(x, name, backward=True, param_grads=True)
+        _check_fused_param_grads(
+            op_id, x, tier="cta", chunk_rows=chunk_rows, row_classes=vec, cluster=cluster
+        )
+        assert plan.chunks == vec * -(-rows // block), (n, plan.raw)
+        assert plan.stages == (2 if two else None), (n, plan.raw)
+        seen.add((plan.threads, plan.packs))
+        del x
+        torch.cuda.empty_cache()
+    want = {(128, 2), (256, 2)}
+    if two or name == "add_rms_norm":
+        want.add((512, 2))
+    else:
+        want.add((256, 4))
+    if elem == 4:
+        want.add((512, 4))
+    assert seen == want, (want, seen)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_param_grads_two_pass_knob(name, monkeypatch):
+    """ROWNORM_PARAM_GRADS=two-pass (plan.h, ParamGradsTwoPass) takes the two-pass path where
+    the plan fuses, on aligned rows and rows in phase alike, and the gradients match the
+    reference; another value is ignored, with a line on stderr (a fresh process: it is said
+    once)."""
+    import rownorm
+
+    op_id = "rms_norm_weight" if name == "rms_norm" else "layer_norm_affine"
+    op = OPS[op_id]
+    for n in (2048, 2047):
+        x = randn((515, n), torch.bfloat16, "cuda")
+        assert rownorm.explain(x, name, backward=True, param_grads=True).param_grads == "fused"
+        monkeypatch.setenv("ROWNORM_PARAM_GRADS", "two-pass")
+        plan = rownorm.explain(x, name, backward=True, param_grads=True)
+        assert plan.param_grads == "two-pass", plan.raw
+        inp = op.inputs(x, -1)
+        case = raw_case(op, x)
+        outs = case.raw(inp, -1)
+        dys = random_grads(outs)
+        got = case.raw_backward(dys, inp, -1, outs, frozenset(op.params))
+        check_grads(case, inp, -1, dys, got, what=f"N={n}, two-pass")
+        monkeypatch.delenv("ROWNORM_PARAM_GRADS")
+    code = (
+        "import torch, rownorm; x = torch.empty(515, 2048, device='cuda'); "
+        f"print(rownorm.explain(x, {name!r}, backward=True, param_grads=True).param_grads)"
+    )
+    env = dict(os.environ, ROWNORM_PARAM_GRADS="fused")
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "fused", run.stdout
+    assert "ROWNORM_PARAM_GRADS=fused is not two-pass" in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize("op_id", families())

@@ -77,6 +77,22 @@ inline std::optional<ClusterKind> ForcedClusterKind() {
   return std::nullopt;
 }
 
+// ROWNORM_PARAM_GRADS=two-pass (read at every plan, like ROWNORM_PLAN_AS_N) runs every
+// backward with parameter gradients on the two-pass path (per-row statistics, then
+// kernels/param_grad.h), where PlanFusedSums would fuse them: the A/B of the two paths in one
+// build. Unset or empty: the plan's choice; any other value too, said once on stderr.
+inline bool ParamGradsTwoPass() {
+  const char* v = std::getenv("ROWNORM_PARAM_GRADS");
+  if (v == nullptr || v[0] == '\0') return false;
+  if (std::strcmp(v, "two-pass") == 0) return true;
+  static const bool said = [v] {
+    std::fprintf(stderr, "rownorm: ROWNORM_PARAM_GRADS=%s is not two-pass; ignored\n", v);
+    return true;
+  }();
+  (void)said;
+  return false;
+}
+
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -404,7 +420,7 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 // element size only, as the aligned ones do. H100, fwd+bwd with every gradient, 2^27 elements,
 // time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): slice sums, bf16
 // 16383-131071 layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32
-// 1.26-1.49. The CTA tier's register sums run them too, unclustered (§45).
+// 1.26-1.49. The CTA tier's register sums run them too (§45).
 inline FusedSumPlan PhasedSumPlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
   const int64_t block = int64_t{vec} * chunk_rows;
   FusedSumPlan f{kernel, vec * ((rows + block - 1) / block), chunk_rows};
@@ -423,7 +439,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
                                                  int cluster_packs = kClusterVecs) {
   const int vec = PackWidth(elem_size);
   const bool whole = aligned && n % vec == 0;
-  if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || !(whole || in_phase)) {
+  if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || !(whole || in_phase) ||
+      ParamGradsTwoPass()) {
     return std::nullopt;
   }
   const RowPlan plan = PlanRowTier(n, vec, clusters, wide_cta, cluster_packs);
@@ -461,15 +478,14 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // fits, on the 2-pack rows and on 16-bit 4-pack rows. Graph-timed fwd+bwd steps on the H100
   // (NOTES.md §25), clustered against 16-row partials: bf16 2048 0.97x, 4096 0.96x, 8192
   // (256 x 4) 0.97x, fp32 1024 0.985x, 2048 0.99x; fp32 4096 (256 x 4, whose 16-row
-  // partials are a sixteenth of an input's bytes) 1.03x. Rows in phase run unclustered: the
-  // exchange carries packs only.
+  // partials are a sixteenth of an input's bytes) 1.03x.
   const auto one_sum = [&](RowPlan k) {
     const int64_t exchange =
         int64_t{k.threads} * k.packs * vec * static_cast<int64_t>(sizeof(float));
-    if (whole && clusters && exchange <= kMaxSumExchangeBytes &&
+    if (clusters && exchange <= kMaxSumExchangeBytes &&
         (k.packs == kFusedSumVecs || elem_size < 4)) {
       k.cluster = kSumClusterCtas;
-      return CtaSumPlan(k, rows, kSumClusterCtas * kFusedChunkRows);
+      return chunked(k, kSumClusterCtas * kFusedChunkRows);
     }
     return chunked(k, kFusedChunkRows);
   };
