@@ -195,6 +195,36 @@ struct PhasedChunks {
   ROWNORM_DEVICE int64_t First(int64_t c) const { return (c % blocks) * block + c / blocks; }
 };
 
+// A persistent CTA's chunks first, first + step, ... of PhasedChunks, the k-th's class and
+// block kept by additions as k grows (Seek), so that a row's chunk costs no 64-bit division
+// (CtaRowSumsStagedKernel finds the chunk of every row it stages and runs).
+template <int kVec>
+struct PhasedChunkCursor {
+  const PhasedChunks<kVec>& pc;
+  int64_t step, step_q, step_b;  // step, step / blocks, step % blocks
+  int64_t k = 0, c, q, b;        // the k-th chunk c = first + k·step, of class q, block b
+  ROWNORM_DEVICE PhasedChunkCursor(const PhasedChunks<kVec>& chunks, int64_t first, int64_t stride)
+      : pc(chunks),
+        step(stride),
+        step_q(stride / chunks.blocks),
+        step_b(stride % chunks.blocks),
+        c(first),
+        q(first / chunks.blocks),
+        b(first % chunks.blocks) {}
+  ROWNORM_DEVICE void Seek(int64_t to) {  // to >= k
+    for (; k < to; ++k) {
+      c += step;
+      q += step_q;
+      b += step_b;
+      if (b >= pc.blocks) {
+        b -= pc.blocks;
+        ++q;
+      }
+    }
+  }
+  ROWNORM_DEVICE int64_t First() const { return b * pc.block + q; }  // PhasedChunks::First(c)
+};
+
 // The geometry of class q's rows (that of any row where the class holds none: its chunks
 // write zeros at every column).
 template <class Args>
@@ -486,20 +516,22 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
   } else {
     const PhasedChunks<kVec> pc(args.rows, kRows);
     const int64_t own = (pc.chunks - first + step - 1) / step;
-    const auto chunk_of = [&](int64_t u) { return first + (u / kRows) * step; };
-    const auto row_of = [&](int64_t u) { return pc.First(chunk_of(u)) + kVec * (u % kRows); };
+    // the chunks of the units staged and of those run (unit u: row u % kRows of chunk u / kRows)
+    PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step);
     PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
     int64_t filled = -1;  // the class whose columns `params` holds
     PipelineUnits<kStages>(
         0, 1, own * kRows,
         [&](int64_t u, int s) {
-          const int64_t row = row_of(u);
+          staged.Seek(u / kRows);
+          const int64_t row = staged.First() + kVec * (u % kRows);
           if (row < args.rows) Row::Prefetch(team, args, row, stages[s]);
         },
         [&](int64_t u, int s, auto refill) {
-          const int64_t c = chunk_of(u);
-          const int64_t q = pc.Class(c);
-          const int64_t row = row_of(u);
+          running.Seek(u / kRows);
+          const int64_t c = running.c;
+          const int64_t q = running.q;
+          const int64_t row = running.First() + kVec * (u % kRows);
           if (row < args.rows) {
             if (q != filled) {
               FillParams(params, op, threadIdx.x, true, args.n, GeometryOfRow(args, q).head);
