@@ -299,42 +299,34 @@ def test_phased_slice_param_grads(op_id, dtype):
 def test_phased_cta_param_grads(op_id, dtype):
     """Rows in phase of the CTA tier's lengths (odd N past the groups, up to 512 threads x 4
     packs) sum their columns in registers, in pack-width classes of rows of one alignment
-    (plan.h, PhasedSumPlan): one sum on 16-row CTAs, in clusters of four that add their sums
-    (the head and tail scalars' too) into one 64-row partial where the aligned rows' are
-    (sm_90+), two (layer_norm) on the staged 64-row chunks. Every configuration the plan has
-    for these lengths, with n at several offsets from a pack and a last block whose classes are
-    partly empty (their chunks write zeros): the gradients match the reference and are
-    bit-identical run to run. fp32 layer_norm at 513 runs 564 chunks, more than four CTAs of
-    128 on each of 132 SMs, so a persistent CTA runs chunks of two classes and refills its
-    parameters."""
+    (plan.h, PhasedSumPlan): one sum on 16-row CTAs (unclustered), two (layer_norm) on the
+    staged 64-row chunks. Every configuration the plan has for these lengths, with n at
+    several offsets from a pack and a last block whose classes are partly empty (their chunks
+    write zeros): the gradients match the reference and are bit-identical run to run. fp32
+    layer_norm at 513 runs 564 chunks, more than four CTAs of 128 on each of 132 SMs, so a
+    persistent CTA runs chunks of two classes and refills its parameters."""
     import rownorm
 
     name = OPS[op_id].name
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
     two = name == "layer_norm"
-    clusters = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get(
-        "ROWNORM_DISABLE_CLUSTERS", "0"
-    ) in ("", "0")
     # 2-pack rows of 128 and 256 threads; then 512 x 2 (two sums, or three row inputs) or
     # 256 x 4 (rms_norm); fp32: 512 x 4
     lengths = [128 * vec + 1, 512 * vec - 3, 1024 * vec - vec + 1]
     if elem == 4:
         lengths.append(2048 * vec - 1)
+    chunk_rows = 64 if two else 16
+    block = vec * chunk_rows
     seen = set()
     for n in lengths:
-        probe = torch.empty((1, n), dtype=dtype, device="cuda")
-        plan = rownorm.explain(probe, name, backward=True, param_grads=True)
-        cluster = 4 if clusters and not two and (plan.packs == 2 or elem == 2) else None
-        chunk_rows = 64 if two or cluster else 16
-        block = vec * chunk_rows
         rows = 2 * block + 3  # the last block's classes 3..vec-1 hold no row
         if two and elem == 4 and n == 128 * vec + 1:
             rows = 140 * block + 3
         x = randn((rows, n), dtype, "cuda")
         plan = rownorm.explain(x, name, backward=True, param_grads=True)
         _check_fused_param_grads(
-            op_id, x, tier="cta", chunk_rows=chunk_rows, row_classes=vec, cluster=cluster
+            op_id, x, tier="cta", chunk_rows=chunk_rows, row_classes=vec, cluster=None
         )
         assert plan.chunks == vec * -(-rows // block), (n, plan.raw)
         assert plan.stages == (2 if two else None), (n, plan.raw)

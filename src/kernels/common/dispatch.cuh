@@ -922,7 +922,7 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
 
 // CTA-tier sums of kRows-row CTAs; `cluster` = kSumClusterCtas: in clusters that write one
 // partial per kSumClusterCtas CTAs (plan.h), where the sums' exchange fits. kAligned false:
-// rows in phase, a CTA (or cluster) per chunk of PhasedChunks.
+// rows in phase, a CTA per chunk of PhasedChunks.
 template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows,
           bool kAligned = true>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
@@ -931,26 +931,24 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args:
   constexpr bool kPipelined = kVecs == kFusedSumVecs;  // two packs: two rows in flight
   using Exchange =
       SumExchange<AccType<typename Args::InElem>, OpTraits<Op>::kColumnSums, kVecs, kVec, kThreads>;
-  // the chunks of `rows` rows each (PhasedChunks' for rows in phase)
-  const auto chunks_of = [&](int64_t rows) {
-    const int64_t block = kAligned ? rows : kVec * rows;
-    return (block / rows) * ((a.rows + block - 1) / block);
-  };
-  if constexpr (kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
+  if constexpr (kAligned && kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
     if (cluster == kSumClusterCtas) {
-      const int64_t chunks = chunks_of(int64_t{kSumClusterCtas} * kRows);
+      constexpr int64_t kChunkRows = int64_t{kSumClusterCtas} * kRows;
+      const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
       cudaLaunchAttribute attr[1];
       const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kSumClusterCtas, 0>(
           attr, GridFor(chunks * kSumClusterCtas), stream);
-      return cudaLaunchKernelEx(&cfg,
-                                CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined,
-                                                 kSumClusterCtas, kAligned>,
-                                a, op, partial);
+      return cudaLaunchKernelEx(
+          &cfg,
+          CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, kSumClusterCtas>, a,
+          op, partial);
     }
   }
   if (cluster > 1) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+  constexpr int64_t kBlock = kAligned ? kRows : int64_t{kVec} * kRows;
+  const int64_t chunks = (kBlock / kRows) * ((a.rows + kBlock - 1) / kBlock);
   CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, 1, kAligned>
-      <<<GridFor(chunks_of(kRows)), kThreads, 0, stream>>>(a, op, partial);
+      <<<GridFor(chunks), kThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
 }
 

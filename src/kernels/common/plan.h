@@ -420,7 +420,7 @@ inline FusedSumPlan CtaSumPlan(const RowPlan& kernel, int64_t rows, int chunk_ro
 // element size only, as the aligned ones do. H100, fwd+bwd with every gradient, 2^27 elements,
 // time of the two-pass step ÷ this one (benchmarks/results/h100/NOTES.md §44): slice sums, bf16
 // 16383-131071 layer_norm 1.25-1.46, rms_norm 1.39-1.56, add_rms_norm 1.20-1.39; fp32
-// 1.26-1.49. The CTA tier's register sums run them too (§45).
+// 1.26-1.49. The CTA tier's register sums run them too, unclustered (§45).
 inline FusedSumPlan PhasedSumPlan(const RowPlan& kernel, int64_t rows, int chunk_rows, int vec) {
   const int64_t block = int64_t{vec} * chunk_rows;
   FusedSumPlan f{kernel, vec * ((rows + block - 1) / block), chunk_rows};
@@ -478,14 +478,17 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // fits, on the 2-pack rows and on 16-bit 4-pack rows. Graph-timed fwd+bwd steps on the H100
   // (NOTES.md §25), clustered against 16-row partials: bf16 2048 0.97x, 4096 0.96x, 8192
   // (256 x 4) 0.97x, fp32 1024 0.985x, 2048 0.99x; fp32 4096 (256 x 4, whose 16-row
-  // partials are a sixteenth of an input's bytes) 1.03x.
+  // partials are a sixteenth of an input's bytes) 1.03x. Rows in phase run unclustered: in
+  // clusters (their head and tail scalars' sums added across the cluster too) the step took
+  // 0.95-1.07x the time of 16-row partials at 1025-8191, 1.03-1.07x at 1025 (rms_norm and
+  // add_rms_norm, bf16 and fp32, NOTES.md §45).
   const auto one_sum = [&](RowPlan k) {
     const int64_t exchange =
         int64_t{k.threads} * k.packs * vec * static_cast<int64_t>(sizeof(float));
-    if (clusters && exchange <= kMaxSumExchangeBytes &&
+    if (whole && clusters && exchange <= kMaxSumExchangeBytes &&
         (k.packs == kFusedSumVecs || elem_size < 4)) {
       k.cluster = kSumClusterCtas;
-      return chunked(k, kSumClusterCtas * kFusedChunkRows);
+      return CtaSumPlan(k, rows, kSumClusterCtas * kFusedChunkRows);
     }
     return chunked(k, kFusedChunkRows);
   };

@@ -700,10 +700,12 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
 
   // What a cached row holds: its loads, issued apart from the view by Load so that a kernel
   // can have the next row's in flight while it reduces this one (CtaRowSumsKernel).
-  struct Loaded {
-    Pack<TIn, kVec> packs[kVecs][kIn];
+  struct Scalars {  // the head and tail scalars a thread owns (rows that are not aligned)
     TIn head[kIn];
     TIn tail[kIn];
+  };
+  struct Loaded : Scalars {
+    Pack<TIn, kVec> packs[kVecs][kIn];
   };
 
   ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
@@ -749,12 +751,25 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   }
 
   // The loads of `row` whose packs Prefetch staged in `stage` (the caller waited for the
-  // copies); the head and tail scalars are read from global memory.
+  // copies); the head and tail scalars are read from global memory, or (rows that are not
+  // aligned) taken from `scalars`, LoadScalars of the row issued earlier: read here, their
+  // latency would hold the CTA at the row's first barrier.
   ROWNORM_DEVICE static Loaded LoadStaged(const Team& team, const Args& args, int64_t row,
-                                          const Stage& stage) {
-    return LoadWith(team, args, row, true, [&](int k, int i, const TIn*, Pack<TIn, kVec>& dst) {
-      dst = stage.packs[k][i][team.ThreadRank()];
-    });
+                                          const Stage& stage, const Scalars* scalars = nullptr) {
+    return LoadWith(
+        team, args, row, true,
+        [&](int k, int i, const TIn*, Pack<TIn, kVec>& dst) {
+          dst = stage.packs[k][i][team.ThreadRank()];
+        },
+        scalars);
+  }
+
+  // The head and tail scalars of `row` that this thread owns.
+  ROWNORM_DEVICE static Scalars LoadScalars(const Team& team, const Args& args, int64_t row,
+                                            bool valid) {
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, valid), args.n);
+    return ReadScalars(args, row, valid, Ownership<Team, kVec>(team, geo, valid));
   }
 
   ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid,
@@ -916,25 +931,36 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     }
   }
 
-  // The loads of `row`, each pack moved by fill(k, i, address, pack).
+  // The head and tail scalars of `row` that `own` gives this thread.
+  ROWNORM_DEVICE static Scalars ReadScalars(const Args& args, int64_t row, bool valid,
+                                            const Ownership<Team, kVec>& own) {
+    Scalars sc;
+    if constexpr (!kAligned) {  // aligned rows have no head and no tail
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) {
+        const TIn* p = Base::In(args, i, row, valid);
+        if (own.head_col >= 0)
+          sc.head[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.head_col), i);
+        if (own.tail_col >= 0)
+          sc.tail[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.tail_col), i);
+      }
+    }
+    return sc;
+  }
+
+  // The loads of `row`, each pack moved by fill(k, i, address, pack), the scalars read (or
+  // copied from `scalars`).
   template <class Fill>
   ROWNORM_DEVICE static Loaded LoadWith(const Team& team, const Args& args, int64_t row, bool valid,
-                                        Fill fill) {
+                                        Fill fill, const Scalars* scalars = nullptr) {
     const auto geo =
         RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, valid), args.n);
     const Ownership<Team, kVec> own(team, geo, valid);
     Loaded l;
     ForEachOwnedPack(args, row, valid, geo, own,
                      [&](int k, int i, const TIn* src) { fill(k, i, src, l.packs[k][i]); });
-    if constexpr (!kAligned) {  // aligned rows have no head and no tail
-#pragma unroll
-      for (int i = 0; i < kIn; ++i) {
-        const TIn* p = Base::In(args, i, row, valid);
-        if (own.head_col >= 0)
-          l.head[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.head_col), i);
-        if (own.tail_col >= 0)
-          l.tail[i] = LoadInScalar<Args>(InOffset<Args>(p, i, own.tail_col), i);
-      }
+    if constexpr (!kAligned) {
+      static_cast<Scalars&>(l) = scalars != nullptr ? *scalars : ReadScalars(args, row, valid, own);
     }
     return l;
   }

@@ -267,21 +267,17 @@ struct PhasedSums {
 // The column sums of the kCluster CTAs of a thread-block cluster, added in rank order into one
 // partial of chunk `chunk` (CtaRowSumsKernel with kCluster > 1; plan.h's kSumClusterCtas):
 // each thread puts its sums into its CTA's `exchange`, and CTA r adds up the r-th share of
-// every thread's values over the cluster's CTAs (distributed shared memory) and writes those
-// of columns below `end`; the packs' columns start `head` in (rows in phase; else 0).
-// more(cluster) runs once the peers' values are visible and before they may be gone (the head
-// and tail scalars of rows in phase: ScalarExchange).
+// every thread's values over the cluster's CTAs (distributed shared memory) and writes them.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 struct SumExchange {
   Acc v[kK][kVecs * kVec][kThreads];  // thread t's value i of sum j at [j][i][t]
 };
 struct NoSumExchange {};
 
-template <int kCluster, typename Acc, int kK, int kVecs, int kVec, int kThreads, class More>
+template <int kCluster, typename Acc, int kK, int kVecs, int kVec, int kThreads>
 ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums,
                                      SumExchange<Acc, kK, kVecs, kVec, kThreads>& exchange,
-                                     int64_t chunk, int64_t chunks, int64_t n, Acc* partial,
-                                     int64_t head, int64_t end, More more) {
+                                     int64_t chunk, int64_t chunks, int64_t n, Acc* partial) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kValues = kVecs * kVec;
   static_assert(kValues % kCluster == 0, "each CTA adds an equal share");
@@ -307,50 +303,15 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
       Acc sum = *cluster.map_shared_rank(&exchange.v[j][i][t], 0);
 #pragma unroll
       for (int q = 1; q < kCluster; ++q) sum += *cluster.map_shared_rank(&exchange.v[j][i][t], q);
-      const int64_t col = head + (t + int64_t{i / kVec} * kThreads) * kVec + i % kVec;
-      if (col < end) partial[(j * chunks + chunk) * n + col] = sum;
+      const int64_t col = (t + int64_t{i / kVec} * kThreads) * kVec + i % kVec;
+      if (col < n) partial[(j * chunks + chunk) * n + col] = sum;
     }
   }
-  more(cluster);
   cluster.sync();  // keep `exchange` alive until the peers have read it
 #else
   __trap();
 #endif
 }
-
-// The head and tail scalars' sums of a cluster's CTAs (CtaRowSumsKernel of rows in phase with
-// kCluster > 1): a CTA's thread that owns one (Ownership) puts its sums at slot s of sum j,
-// [j][s] (s < kVec: head column s; kVec + s: tail column head + vecs·kVec + s), and CTA 0 adds
-// the CTAs' values in rank order and writes them.
-template <typename Acc, int kK, int kVec>
-struct ScalarExchange {
-  Acc v[kK][2 * kVec];
-
-  template <class Team, class Geo, class Sums>
-  ROWNORM_DEVICE void Put(const Ownership<Team, kVec>& own, const Geo& geo, const Sums& sums) {
-#pragma unroll
-    for (int j = 0; j < kK; ++j) {
-      if (own.head_col >= 0) v[j][own.head_col] = sums.scalar[0][j];
-      if (own.tail_col >= 0)
-        v[j][kVec + own.tail_col - (geo.head + geo.vecs * kVec)] = sums.scalar[1][j];
-    }
-  }
-
-  template <int kCluster, class Cluster, class Geo>
-  ROWNORM_DEVICE void Write(Cluster& cluster, const Geo& geo, int64_t chunk, int64_t chunks,
-                            int64_t n, Acc* partial) {
-    const int t = threadIdx.x;
-    if (cluster.block_rank() != 0 || t >= kK * 2 * kVec) return;
-    const int j = t / (2 * kVec);
-    const int s = t % (2 * kVec);
-    if (s < kVec ? s >= geo.head : s - kVec >= geo.tail) return;
-    Acc sum = *cluster.map_shared_rank(&v[j][s], 0);
-#pragma unroll
-    for (int q = 1; q < kCluster; ++q) sum += *cluster.map_shared_rank(&v[j][s], q);
-    const int64_t col = s < kVec ? s : geo.head + geo.vecs * kVec + (s - kVec);
-    partial[(j * chunks + chunk) * n + col] = sum;
-  }
-};
 
 // CTA tier: CTA c runs rows [c·kRows, (c+1)·kRows); chunks = ceil(rows / kRows). With
 // kPipelined the next row's loads are issued before the current row is reduced and stored
@@ -373,15 +334,15 @@ constexpr int kUnpipelinedSumThreads = 512;
 // kCluster > 1 (sm_90+, launched as clusters of kCluster CTAs): chunk c / kCluster of
 // kCluster·kRows rows is written by the cluster as one partial (ClusterWriteSums), so
 // chunks = ceil(rows / (kCluster·kRows)); CTAs past the last row add zeros. kAligned false:
-// rows in phase (plan.h's PhasedSumPlan): chunk c / kCluster of PhasedChunks (rows of one
-// class, kVec apart), CTA r of the cluster its rows kRows·r .. kRows·(r + 1) - 1; the head and
-// tail scalars' sums are written too (ScalarExchange across a cluster).
+// rows in phase (plan.h's PhasedSumPlan), unclustered: CTA c runs chunk c of PhasedChunks
+// (rows of one class, kVec apart) and writes its head and tail scalars' sums too.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bool kPipelined,
           int kCluster = 1, bool kAligned = true>
 __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op, Args>()
                                                         : kUnpipelinedSumThreads) /
                                                 kThreads)
     CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  static_assert(kAligned || kCluster == 1, "rows in phase run unclustered (plan.h)");
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
   using Sums = ColumnSums<Acc, Op::kColumnSums, kVecs, kVec>;
@@ -408,13 +369,11 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     first = c * kRows;
     end = min(args.rows, first + kRows);
   } else {
-    const PhasedChunks<kVec> pc(args.rows, kCluster * kRows);
-    const int64_t base = pc.First(c / kCluster);  // the cluster's chunk
-    const int64_t rank = c % kCluster;
+    const PhasedChunks<kVec> pc(args.rows, kRows);
     chunks = pc.chunks;
-    first = base + kStep * kRows * rank;
-    end = min(args.rows, first + kStep * kRows);
-    geo = GeometryOfClass(args, pc.Class(c / kCluster));
+    first = pc.First(c);
+    end = min(args.rows, first + pc.block);
+    geo = GeometryOfClass(args, pc.Class(c));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   const auto sums_of_rows = [&] {
@@ -443,18 +402,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     }
   }
   if constexpr (kCluster > 1) {
-    if constexpr (kAligned) {
-      ClusterWriteSums<kCluster>(sums, shared.exchange, c / kCluster, chunks, args.n, partial, 0,
-                                 args.n, [](auto&) {});
-    } else {
-      __shared__ ScalarExchange<Acc, Op::kColumnSums, kVec> scalars;
-      scalars.Put(Ownership<CtaTeam<kThreads>, kVec>(team, geo, true), geo, phased);
-      ClusterWriteSums<kCluster>(sums, shared.exchange, c / kCluster, chunks, args.n, partial,
-                                 geo.head, geo.head + geo.vecs * kVec, [&](auto& cluster) {
-                                   scalars.template Write<kCluster>(cluster, geo, c / kCluster,
-                                                                    chunks, args.n, partial);
-                                 });
-    }
+    ClusterWriteSums<kCluster>(sums, shared.exchange, c / kCluster, chunks, args.n, partial);
   } else {
     WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, chunks, args.n,
                                                            partial, geo.head);
@@ -475,7 +423,9 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // want long chunks and whose CTAs fit two to an SM (benchmarks/results/h100/NOTES.md §24).
 // The launcher sizes the grid to the CTAs the GPU holds at once (LaunchPersistent).
 // kAligned false: rows in phase, the chunks of PhasedChunks; every chunk takes kRows units,
-// those past the last row idle, and the parameters are refilled where the class changes.
+// those past the last row idle, and the parameters are refilled where the class changes. A
+// row's head and tail scalars (not staged: cp.async copies 4 bytes and more) are loaded into
+// registers while the row before it runs.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
           bool kAligned = true>
 __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
@@ -515,29 +465,40 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
         });
   } else {
     const PhasedChunks<kVec> pc(args.rows, kRows);
-    const int64_t own = (pc.chunks - first + step - 1) / step;
+    const int64_t units = (pc.chunks - first + step - 1) / step * kRows;
     // the chunks of the units staged and of those run (unit u: row u % kRows of chunk u / kRows)
     PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step);
+    const auto row_of = [](const PhasedChunkCursor<kVec>& at, int64_t u) {
+      return at.First() + kVec * (u % kRows);
+    };
+    typename Row::Scalars scalars =  // the next unit's
+        Row::LoadScalars(team, args, row_of(running, 0), row_of(running, 0) < args.rows);
     PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
     int64_t filled = -1;  // the class whose columns `params` holds
     PipelineUnits<kStages>(
-        0, 1, own * kRows,
+        0, 1, units,
         [&](int64_t u, int s) {
           staged.Seek(u / kRows);
-          const int64_t row = staged.First() + kVec * (u % kRows);
+          const int64_t row = row_of(staged, u);
           if (row < args.rows) Row::Prefetch(team, args, row, stages[s]);
         },
         [&](int64_t u, int s, auto refill) {
           running.Seek(u / kRows);
           const int64_t c = running.c;
           const int64_t q = running.q;
-          const int64_t row = running.First() + kVec * (u % kRows);
+          const int64_t row = row_of(running, u);
+          const typename Row::Scalars mine = scalars;
+          PhasedChunkCursor<kVec> next = running;
+          next.Seek((u + 1) / kRows);
+          const int64_t next_row = row_of(next, u + 1);
+          scalars = Row::LoadScalars(team, args, next_row, u + 1 < units && next_row < args.rows);
           if (row < args.rows) {
             if (q != filled) {
               FillParams(params, op, threadIdx.x, true, args.n, GeometryOfRow(args, q).head);
               filled = q;
             }
-            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s]), &params);
+            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s], &mine),
+                  &params);
             op(r, &phased);
           }
           refill();                      // the row's stores have used every staged pack
