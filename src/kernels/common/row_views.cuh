@@ -704,8 +704,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     TIn head[kIn];
     TIn tail[kIn];
   };
-  struct Loaded : Scalars {
+  struct Loaded {
     Pack<TIn, kVec> packs[kVecs][kIn];
+    Scalars scalars;
   };
 
   ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
@@ -911,7 +912,8 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   template <bool kTail>
   ROWNORM_DEVICE void LoadScalar(int64_t, Acc (&x)[kIn]) const {
 #pragma unroll
-    for (int i = 0; i < kIn; ++i) x[i] = ToAcc(kTail ? data_.tail[i] : data_.head[i]);
+    for (int i = 0; i < kIn; ++i)
+      x[i] = ToAcc(kTail ? data_.scalars.tail[i] : data_.scalars.head[i]);
   }
 
  private:
@@ -960,7 +962,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     ForEachOwnedPack(args, row, valid, geo, own,
                      [&](int k, int i, const TIn* src) { fill(k, i, src, l.packs[k][i]); });
     if constexpr (!kAligned) {
-      static_cast<Scalars&>(l) = scalars != nullptr ? *scalars : ReadScalars(args, row, valid, own);
+      l.scalars = scalars != nullptr ? *scalars : ReadScalars(args, row, valid, own);
     }
     return l;
   }
