@@ -30,6 +30,7 @@ from utils import (
     ROW_INPUTS,
     assert_matches,
     check_grads,
+    cuda_only,
     dtype_id,
     families,
     param_grad_dtype,
@@ -290,7 +291,7 @@ def test_phased_slice_param_grads(op_id, dtype):
         torch.cuda.empty_cache()  # the next length's float64 reference needs the room
 
 
-@pytest.mark.cuda
+@cuda_only
 # as test_phased_slice_param_grads: one case per op body and parameter kind
 @pytest.mark.parametrize(
     "op_id", ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
@@ -343,7 +344,7 @@ def test_phased_cta_param_grads(op_id, dtype):
     assert seen == want, (want, seen)
 
 
-@pytest.mark.cuda
+@cuda_only
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
 def test_param_grads_two_pass_knob(name, monkeypatch):
     """ROWNORM_PARAM_GRADS=two-pass (plan.h, ParamGradsTwoPass) takes the two-pass path where
