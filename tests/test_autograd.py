@@ -304,8 +304,9 @@ def test_phased_cta_param_grads(op_id, dtype):
     staged 64-row chunks. Every configuration the plan has for these lengths, with n at
     several offsets from a pack and a last block whose classes are partly empty (their chunks
     write zeros): the gradients match the reference and are bit-identical run to run. fp32
-    layer_norm at 513 runs 564 chunks, more than four CTAs of 128 on each of 132 SMs, so a
-    persistent CTA runs chunks of two classes and refills its parameters."""
+    layer_norm at 513 runs 564 chunks: where its staged kernel holds four CTAs of 128 per SM on
+    132 SMs, a persistent CTA runs chunks of two classes and refills its parameters (where it
+    holds five, one chunk each: NOTES.md §45 has where that path was checked)."""
     import rownorm
 
     name = OPS[op_id].name
