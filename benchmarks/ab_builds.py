@@ -13,7 +13,11 @@ anything (a ratio within it is marked ~).
     python benchmarks/ab_builds.py --a /tmp/old/python --b python --reps 3 --out ab.md
 
 It calls the public functions only (``rownorm.rms_norm(x, w, dim=...)`` ...), which both sides
-of a refactor keep, so any two builds compare.
+of a refactor keep, so any two builds compare. ``--a-env`` / ``--b-env VAR=value`` set a
+side's environment: one build against itself under a planning knob, e.g. the fused parameter
+gradients against the two-pass path,
+
+    python benchmarks/ab_builds.py --a python --b python --b-env ROWNORM_PARAM_GRADS=two-pass
 """
 
 from __future__ import annotations
@@ -182,10 +186,29 @@ def report(runs: dict[str, list[dict]], reps: int) -> tuple[list[str], str]:
     return lines, summary
 
 
+def worker_env(base: dict[str, str], pythonpath: str, pairs: list[str]) -> dict[str, str]:
+    """A side's worker environment: `base` with PYTHONPATH and each ``VAR=value`` of `pairs`."""
+    env = dict(base, PYTHONPATH=pythonpath)
+    for pair in pairs:
+        var, sep, value = pair.partition("=")
+        if not sep or not var:
+            raise SystemExit(f"ab_builds.py: --a-env / --b-env takes VAR=value, not {pair!r}")
+        env[var] = value
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="PYTHONPATH of build A (the baseline)")
     parser.add_argument("--b", required=True, help="PYTHONPATH of build B")
+    for side in ("a", "b"):
+        parser.add_argument(
+            f"--{side}-env",
+            action="append",
+            default=[],
+            metavar="VAR=value",
+            help=f"an environment variable of side {side.upper()}'s workers (repeatable)",
+        )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timed sample")
     parser.add_argument("--ops", default=",".join(OPS), help="comma list of ops (default: all)")
@@ -205,7 +228,11 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for rep in range(args.reps):
         for side in ("A", "B") if rep % 2 == 0 else ("B", "A"):
-            env = dict(os.environ, PYTHONPATH=args.a if side == "A" else args.b)
+            env = (
+                worker_env(dict(os.environ), args.a, args.a_env)
+                if side == "A"
+                else worker_env(dict(os.environ), args.b, args.b_env)
+            )
             cmd = [
                 sys.executable,
                 __file__,

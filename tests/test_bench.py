@@ -535,16 +535,17 @@ def test_an_op_added_to_the_table_is_benchmarked(monkeypatch: pytest.MonkeyPatch
 
 # ---- the GPU check's scripts (scripts/gpu_check.sh runs them on the GPU machine) -----------
 
-_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SCRIPTS = os.path.join(_ROOT, "scripts")
 needs_scripts = pytest.mark.skipif(
     not os.path.isdir(_SCRIPTS), reason="needs the source tree's scripts/"
 )
 
 
-def _script(name: str):
+def _script(name: str, folder: str = _SCRIPTS):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, os.path.join(_SCRIPTS, f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -629,3 +630,25 @@ def test_sanitizer_workload_covers_the_table(monkeypatch, capsys) -> None:
     monkeypatch.setattr(workload, "results", wrong)
     assert workload.main(["--device", "cpu", "--dtypes", "fp32,bf16"]) == 1
     assert "sanitizer workload: RESULTS WRONG" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(_ROOT, "benchmarks")), reason="needs the source tree"
+)
+def test_ab_builds_side_env() -> None:
+    """benchmarks/ab_builds.py's --a-env / --b-env: a side's workers get its PYTHONPATH and its
+    VAR=value pairs over the caller's environment (the A/B of a planning knob in one build); a
+    pair without '=' is refused with the option's name."""
+    ab = _script("ab_builds", os.path.join(_ROOT, "benchmarks"))
+    base = {"PATH": "/bin", "ROWNORM_PARAM_GRADS": "", "PYTHONPATH": "/elsewhere"}
+    env = ab.worker_env(base, "/b/python", ["ROWNORM_PARAM_GRADS=two-pass", "X=a=b"])
+    assert env == {
+        "PATH": "/bin",
+        "ROWNORM_PARAM_GRADS": "two-pass",
+        "PYTHONPATH": "/b/python",
+        "X": "a=b",
+    }
+    assert base["ROWNORM_PARAM_GRADS"] == ""  # the caller's environment untouched
+    assert ab.worker_env(base, "/a/python", []) == dict(base, PYTHONPATH="/a/python")
+    with pytest.raises(SystemExit, match="--a-env / --b-env takes VAR=value"):
+        ab.worker_env(base, "/a/python", ["ROWNORM_PARAM_GRADS"])
