@@ -228,11 +228,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for rep in range(args.reps):
         for side in ("A", "B") if rep % 2 == 0 else ("B", "A"):
-            env = (
-                worker_env(dict(os.environ), args.a, args.a_env)
-                if side == "A"
-                else worker_env(dict(os.environ), args.b, args.b_env)
-            )
+            path, pairs = (args.a, args.a_env) if side == "A" else (args.b, args.b_env)
+            env = worker_env(dict(os.environ), path, pairs)
             cmd = [
                 sys.executable,
                 __file__,

@@ -40,6 +40,10 @@ from utils import (
 )
 
 PARAM_OPS = [op_id for op_id, op in OPS.items() if op.params]
+# The fused sums of rows in phase: one case per op body and parameter kind (an offset weight:
+# rms_norm_offset); the mixed problems' operands (the float32 residual stream) are never in
+# phase.
+PHASED_OPS = ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
 needs_clusters = pytest.mark.skipif(
     not torch.cuda.is_available()
     or torch.cuda.get_device_capability()[0] < 9
@@ -238,11 +242,7 @@ def test_slice_param_grads(op_id, dtype):
 
 @pytest.mark.cuda
 @needs_clusters
-# one case per op body and parameter kind (an offset weight: rms_norm_offset); the mixed
-# problems' operands (the float32 residual stream) are never in phase
-@pytest.mark.parametrize(
-    "op_id", ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
-)
+@pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_phased_slice_param_grads(op_id, dtype):
     """Rows that do not start 16-byte aligned (odd N) but start alike in x, dy and dx run the
@@ -292,10 +292,7 @@ def test_phased_slice_param_grads(op_id, dtype):
 
 
 @cuda_only
-# as test_phased_slice_param_grads: one case per op body and parameter kind
-@pytest.mark.parametrize(
-    "op_id", ["rms_norm_weight", "rms_norm_offset", "layer_norm_affine", "add_rms_norm_weight"]
-)
+@pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_phased_cta_param_grads(op_id, dtype):
     """Rows in phase of the CTA tier's lengths (odd N past the groups, up to 512 threads x 4
