@@ -57,7 +57,8 @@ needs_clusters = pytest.mark.skipif(
 def test_param_grads_deterministic(device, op_id, dtype):
     """The same inputs give bit-identical dweight / dbias; they equal the reference; and
     Σ_rows is linear: a batch's gradient is the sum of its halves' (to rounding). Shapes:
-    many chunks of aligned rows (fused sums), odd N (the two-pass chunk partials), long rows."""
+    many chunks of aligned rows (fused sums), odd N (fused sums of rows in phase), few long
+    rows (the two-pass chunk partials)."""
     op = OPS[op_id]
     shapes = [(4099, 257), (4099, 256), (65, 4097), (3, 65537)]
     if torch.device(device).type == "cpu":  # one loop over columns: one small shape
@@ -340,6 +341,50 @@ def test_phased_cta_param_grads(op_id, dtype):
     if elem == 4:
         want.add((512, 4))
     assert seen == want, (want, seen)
+
+
+@cuda_only
+@pytest.mark.parametrize("op_id", PHASED_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_phased_group_param_grads(op_id, dtype, monkeypatch):
+    """Rows in phase of the group tier's lengths (odd N of up to 32 lanes x 4 packs: 1024
+    16-bit / 512 fp32 elements) sum their columns in registers too: a CTA's groups run one
+    chunk of rows of one class (plan.h, PhasedSumPlan) and add their packs' sums and their
+    head and tail scalars' in group order. Groups of 8, 16 and 32 lanes, rows shorter than a
+    pack (every element a head or tail scalar), n at several offsets from a pack, and a last
+    block whose classes are partly empty (their chunks write zeros): the gradients match the
+    reference and are bit-identical run to run, and dx is the same bits as on the two-pass
+    path (ROWNORM_PARAM_GRADS=two-pass) where that runs groups of the same width."""
+    import rownorm
+
+    name = OPS[op_id].name
+    elem = torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elem
+    # (n, lanes): rows shorter than a pack, a pack and one, then the longest rows of 8-, 16-
+    # and 32-lane groups (fp32 rows of up to 64 elements: 8 lanes, past the table's 4)
+    lengths = [(vec - 1, 8), (vec + 1, 8), (8 * 4 * vec - 1, 8), (16 * 4 * vec - 3, 16)]
+    lengths.append((32 * 4 * vec - vec + 1, 32))
+    seen = set()
+    for n, lanes in lengths:
+        chunk_rows = 128 // lanes * 32  # a CTA's groups' 32 rows each
+        block = vec * chunk_rows
+        rows = 2 * block + 3  # the last block's classes 3..vec-1 hold no row
+        x = randn((rows, n), dtype, "cuda")
+        case, inp, outs, dys, fused = _check_fused_param_grads(
+            op_id, x, tier="group", chunk_rows=chunk_rows, row_classes=vec, lanes_per_row=lanes
+        )
+        plan = rownorm.explain(x, name, backward=True, param_grads=True)
+        assert plan.chunks == vec * -(-rows // block), (n, plan.raw)
+        seen.add(lanes)
+        if n > 16 * vec:  # fp32 rows of up to 64 run the two-pass path on 4 lanes
+            monkeypatch.setenv("ROWNORM_PARAM_GRADS", "two-pass")
+            two = case.raw_backward(dys, inp, -1, outs, frozenset(OPS[op_id].params))
+            monkeypatch.delenv("ROWNORM_PARAM_GRADS")
+            assert torch.equal(two["x"], fused["x"]), f"N={n}: dx differs from the two-pass path"
+            del two
+        del case, inp, outs, dys, fused, x
+        torch.cuda.empty_cache()
+    assert seen == {8, 16, 32}, seen
 
 
 @cuda_only

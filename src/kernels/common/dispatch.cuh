@@ -909,14 +909,18 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   return cudaSuccess;
 }
 
-template <class Op, class Args, int kWidth>
+// Group-tier sums, a CTA per chunk: of kRows x groups aligned rows, or (kAligned false) a chunk
+// of PhasedChunks.
+template <class Op, class Args, int kWidth, bool kAligned>
 cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
                                cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
   constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
-  GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
-      <<<GridFor((a.rows + kPerCta - 1) / kPerCta), kGroupCtaThreads, 0, stream>>>(a, op, partial);
+  constexpr int64_t kBlock = kAligned ? kPerCta : int64_t{kVec} * kPerCta;
+  const int64_t chunks = (kBlock / kPerCta) * ((a.rows + kBlock - 1) / kBlock);
+  GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows,
+                     kAligned><<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
 }
 
@@ -1033,16 +1037,17 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
                            AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // PlanFusedSums plans no float64
     const RowPlan& k = plan.kernel;
-    if (k.tier == RowTier::kGroup) {
-      switch (k.width) {
-        case 8: return LaunchGroupRowSums<Op, Args, 8>(a, op, partial, stream);
-        case 16: return LaunchGroupRowSums<Op, Args, 16>(a, op, partial, stream);
-        case kWarpSize: return LaunchGroupRowSums<Op, Args, kWarpSize>(a, op, partial, stream);
-      }
-      return cudaErrorInvalidConfiguration;
-    }
     return WithRowAlignment<Args>(plan, [&](auto aligned) {
       constexpr bool kAligned = decltype(aligned)::value;
+      if (k.tier == RowTier::kGroup) {
+        switch (k.width) {
+          case 8: return LaunchGroupRowSums<Op, Args, 8, kAligned>(a, op, partial, stream);
+          case 16: return LaunchGroupRowSums<Op, Args, 16, kAligned>(a, op, partial, stream);
+          case kWarpSize:
+            return LaunchGroupRowSums<Op, Args, kWarpSize, kAligned>(a, op, partial, stream);
+        }
+        return cudaErrorInvalidConfiguration;
+      }
       if (k.params_once) {
         return WithSliceTeam<Op, Args>(k, [&](auto t, auto v, auto c) {
           return LaunchSliceRowSums<Op, Args, decltype(t)::value, decltype(v)::value,

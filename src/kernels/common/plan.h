@@ -294,7 +294,7 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 // n is a multiple of the pack width run CtaRowSumsKernel / CtaRowSumsStagedKernel /
 // GroupRowSumsKernel (the CTA tier's 2- and 4-pack rows, a warp x 8 packs, the 4-pack group
 // tier) or SliceRowSumsKernel (longer rows), which write per-chunk partials of the sums; rows
-// in phase (PhasedSumPlan) run the same kernels but the group tier's.
+// in phase (PhasedSumPlan) run the same kernels.
 // Elsewhere the backward saves per-row statistics for kernels/param_grad.h (a second read of x
 // and dy).
 //
@@ -402,7 +402,7 @@ struct FusedSumPlan {
                        // kFusedGroupRows x groups)
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow
   int row_classes = 1;  // 1 for aligned rows; the pack width for rows in phase that do not
-                        // start 16-byte aligned (PhasedSumPlan; not the group tier)
+                        // start 16-byte aligned (PhasedSumPlan)
 };
 
 // A fused CTA-tier plan: rows of `chunk_rows` per chunk.
@@ -535,13 +535,15 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // up to 64, which the table puts on 4-lane groups, run on 8-lane groups here: the tier
   // sweep timed that configuration at 0.72-0.79x the two-pass 4-lane step at 64 (H100,
   // benchmarks/results/h100/tier_sweep/, NOTES.md §20).
-  // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Not
-  // rows in phase: the groups of a CTA share its copy of the parameters, of one class.
-  if (whole && plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
+  // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Rows
+  // in phase: a CTA's rows are one chunk of one class, as its groups share its copy of the
+  // parameters (filled for the class's head); a lane owns at most one head and one tail scalar
+  // (groups of at least a pack's width).
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
     RowPlan group = plan;
     group.width = std::max(plan.width, 8);
     const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;
-    return CtaSumPlan(group, rows, per_cta);
+    return chunked(group, per_cta);
   }
   return std::nullopt;
 }

@@ -524,6 +524,10 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
 // the bytes, which the finalize read again: at 16-bit x, a quarter of an input's bytes for
 // layer_norm, about 5% of its training step at 256-1024 elements. Every group runs kRows
 // iterations (rows past the end as invalid rows) so that the warp's shuffles stay uniform.
+// kAligned false: rows in phase (plan.h's PhasedSumPlan), CTA b runs chunk b of PhasedChunks
+// (kRows·G rows of one class, kVec apart; group g takes the chunk's rows g, g + G, ...): its
+// groups share the parameters filled for that class and add their head and tail scalars' sums
+// in group order too (GroupsWriteScalars).
 template <typename Acc, int kK, int kVecs, int kVec, int kWidth, int kCtaThreads>
 struct GroupSumExchange {
   // A group's values, q = ((j·kVecs + k)·kWidth + l)·kVec + e for value e of pack k of sum j
@@ -534,12 +538,13 @@ struct GroupSumExchange {
 };
 
 // The column sums of the CTA's groups (those of lane `lane` of group `group` in `sums`), added
-// in group order and written as chunk `chunk`'s partial.
+// in group order and written as chunk `chunk`'s partial, the packs' columns those of rows whose
+// packs start `head` columns in.
 template <typename Acc, int kK, int kVecs, int kVec, int kWidth, int kCtaThreads>
 ROWNORM_DEVICE void GroupsWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums,
                                     GroupSumExchange<Acc, kK, kVecs, kVec, kWidth, kCtaThreads>& ex,
                                     int group, int lane, int64_t chunk, int64_t chunks, int64_t n,
-                                    Acc* partial) {
+                                    Acc* partial, int64_t head = 0) {
   constexpr int kGroups = kCtaThreads / kWidth;
   constexpr int kValues = GroupSumExchange<Acc, kK, kVecs, kVec, kWidth, kCtaThreads>::kValues;
   __syncthreads();  // `ex` shares its memory with the parameters the last rows read
@@ -554,7 +559,7 @@ ROWNORM_DEVICE void GroupsWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums
     }
   }
   __syncthreads();
-  const int64_t vecs = n / kVec;
+  const int64_t vecs = (n - head) / kVec;
 #pragma unroll 1
   for (int q = threadIdx.x; q < kValues; q += kCtaThreads) {
     const int e = q % kVec;
@@ -566,36 +571,114 @@ ROWNORM_DEVICE void GroupsWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums
       Acc sum = ex.v[q];
 #pragma unroll
       for (int g = 1; g < kGroups; ++g) sum += ex.v[g * kValues + q];
-      partial[(j * chunks + chunk) * n + v * kVec + e] = sum;
+      partial[(j * chunks + chunk) * n + head + v * kVec + e] = sum;
     }
   }
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+// The head and tail scalars' sums of the CTA's groups (rows in phase: PhasedSums, at most one
+// of each per lane), lane l's of group g at [which][j][g][l].
+template <typename Acc, int kK, int kWidth, int kCtaThreads>
+struct GroupScalarExchange {
+  Acc v[2][kK][kCtaThreads / kWidth][kWidth];
+};
+struct NoGroupScalarExchange {};
+
+// Group `group`'s lane `lane` puts its scalars' sums into `ex`, then (Finish, after a barrier)
+// the lanes of group 0 add every group's in group order and write them at the columns that
+// `own`, the lane's ownership in the chunk's geometry, gives it.
+template <typename Acc, int kK, int kWidth, int kCtaThreads>
+struct GroupsWriteScalars {
+  GroupScalarExchange<Acc, kK, kWidth, kCtaThreads>& ex;
+  template <class Phased>
+  ROWNORM_DEVICE void Put(const Phased& phased, int group, int lane) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+#pragma unroll
+      for (int j = 0; j < kK; ++j) ex.v[w][j][group][lane] = phased.scalar[w][j];
+    }
+  }
+  ROWNORM_DEVICE void Finish(int group, int lane, int64_t head_col, int64_t tail_col, int64_t chunk,
+                             int64_t chunks, int64_t n, Acc* partial) {
+    if (group != 0) return;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const int64_t col = w == 0 ? head_col : tail_col;
+      if (col < 0) continue;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+        Acc sum = ex.v[w][j][0][lane];
+#pragma unroll
+        for (int g = 1; g < kCtaThreads / kWidth; ++g) sum += ex.v[w][j][g][lane];
+        partial[(j * chunks + chunk) * n + col] = sum;
+      }
+    }
+  }
+};
+
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
+          bool kAligned = true>
 __global__ void __launch_bounds__(kCtaThreads)
     GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  static_assert(kAligned || kVec <= kWidth, "a lane owns at most one head and one tail scalar");
   using Acc = AccType<typename Args::InElem>;
+  using Sums = ColumnSums<Acc, Op::kColumnSums, kVecs, kVec>;
   constexpr int kGroups = kCtaThreads / kWidth;
   union Shared {  // the parameters (one copy for all groups) while rows run, then the sums
     FusedParams<Op, Args, kVec, kVecs, kWidth> params;
     GroupSumExchange<Acc, Op::kColumnSums, kVecs, kVec, kWidth, kCtaThreads> exchange;
   };
+  using ScalarExchange =
+      std::conditional_t<kAligned, NoGroupScalarExchange,
+                         GroupScalarExchange<Acc, Op::kColumnSums, kWidth, kCtaThreads>>;
   __shared__ Shared shared;
+  __shared__ ScalarExchange scalar_exchange;
   auto& params = shared.params;
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
-  ColumnSums<Acc, Op::kColumnSums, kVecs, kVec> sums;
+  Sums sums;
   ZeroSums(sums);
-  FillParams(params, op, team.rank, group == 0, args.n);
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kRows * kGroups + group;
-  for (int k = 0; k < kRows; ++k) {
-    const int64_t row = base + static_cast<int64_t>(k) * kGroups;
-    FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows, &params);
-    op(r, &sums);
+  const int64_t chunk = blockIdx.x;
+  // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo`.
+  constexpr int64_t kStep = kAligned ? 1 : kVec;
+  constexpr int64_t kChunkRows = int64_t{kRows} * kGroups;
+  int64_t chunks, first;
+  RowGeometry<typename Args::InElem, kVec> geo{0, args.n / kVec, 0};
+  if constexpr (kAligned) {
+    chunks = (args.rows + kChunkRows - 1) / kChunkRows;
+    first = chunk * kChunkRows;
+  } else {
+    const PhasedChunks<kVec> pc(args.rows, kChunkRows);
+    chunks = pc.chunks;
+    first = pc.First(chunk);
+    geo = GeometryOfClass(args, pc.Class(chunk));
   }
-  const int64_t chunks = (args.rows + int64_t{kRows} * kGroups - 1) / (int64_t{kRows} * kGroups);
+  PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
+  const auto sums_of_rows = [&] {
+    if constexpr (kAligned) {
+      return &sums;
+    } else {
+      return &phased;
+    }
+  }();
+  FillParams(params, op, team.rank, group == 0, args.n, geo.head);
+  for (int k = 0; k < kRows; ++k) {
+    const int64_t row = first + (group + int64_t{k} * kGroups) * kStep;
+    FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows,
+                                                                   &params);
+    op(r, sums_of_rows);
+  }
+  if constexpr (!kAligned) {  // read after GroupsWriteSums's barriers
+    GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Put(
+        phased, group, team.rank);
+  }
   GroupsWriteSums<Acc, Op::kColumnSums, kVecs, kVec, kWidth, kCtaThreads>(
-      sums, shared.exchange, group, team.rank, blockIdx.x, chunks, args.n, partial);
+      sums, shared.exchange, group, team.rank, chunk, chunks, args.n, partial, geo.head);
+  if constexpr (!kAligned) {
+    const Ownership<GroupTeam<kWidth>, kVec> own(team, geo, true);
+    GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Finish(
+        group, team.rank, own.head_col, own.tail_col, chunk, chunks, args.n, partial);
+  }
 }
 
 // The per-thread copies of an op's ColumnParams() that ClusterParamRowKernel keeps.
