@@ -375,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     end = min(args.rows, first + pc.block);
     geo = GeometryOfClass(args, pc.Class(c));
   }
+  const auto* class_geo = kAligned ? nullptr : &geo;  // the rows in phase's, made once
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   const auto sums_of_rows = [&] {
     if constexpr (kAligned) {
@@ -384,20 +385,21 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     }
   }();
   if constexpr (kPipelined) {
-    typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
+    typename Row::Loaded loaded = Row::Load(team, args, first, first < end, class_geo);
     // while the first row's loads fly
     FillParams(params, op, threadIdx.x, true, args.n, geo.head);
 #pragma unroll 1
     for (int64_t row = first; row < end; row += kStep) {
-      const typename Row::Loaded next = Row::Load(team, args, row + kStep, row + kStep < end);
-      Row r(team, args, row, true, loaded, &params);
+      const typename Row::Loaded next =
+          Row::Load(team, args, row + kStep, row + kStep < end, class_geo);
+      Row r(team, args, row, true, loaded, &params, class_geo);
       op(r, sums_of_rows);
       loaded = next;
     }
   } else {
     FillParams(params, op, threadIdx.x, true, args.n, geo.head);
     for (int64_t row = first; row < end; row += kStep) {
-      Row r(team, args, row, true, &params);
+      Row r(team, args, row, true, &params, class_geo);
       op(r, sums_of_rows);
     }
   }
@@ -494,18 +496,18 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
           next.Seek((u + 1) / kRows);
           const int64_t next_row = row_of(next, u + 1);
           scalars = Row::LoadScalars(team, args, next_row, u + 1 < units && next_row < args.rows);
+          const auto geo = GeometryOfClass(args, q);  // the row's: made once for its uses
           if (row < args.rows) {
             if (q != filled) {
-              FillParams(params, op, threadIdx.x, true, args.n, GeometryOfRow(args, q).head);
+              FillParams(params, op, threadIdx.x, true, args.n, geo.head);
               filled = q;
             }
-            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s], &mine),
-                  &params);
+            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s], &mine, &geo),
+                  &params, &geo);
             op(r, &phased);
           }
           refill();                      // the row's stores have used every staged pack
           if (u % kRows == kRows - 1) {  // the chunk's last unit
-            const auto geo = GeometryOfClass(args, q);
             WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, pc.chunks,
                                                                    args.n, partial, geo.head);
             ZeroSums(sums);
@@ -639,20 +641,18 @@ __global__ void __launch_bounds__(kCtaThreads)
   Sums sums;
   ZeroSums(sums);
   const int64_t chunk = blockIdx.x;
-  // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo`.
+  // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo` (given to
+  // the rows in phase: their class's, made once).
   constexpr int64_t kStep = kAligned ? 1 : kVec;
   constexpr int64_t kChunkRows = int64_t{kRows} * kGroups;
-  int64_t chunks, first;
+  int64_t first = chunk * kChunkRows;
   RowGeometry<typename Args::InElem, kVec> geo{0, args.n / kVec, 0};
-  if constexpr (kAligned) {
-    chunks = (args.rows + kChunkRows - 1) / kChunkRows;
-    first = chunk * kChunkRows;
-  } else {
+  if constexpr (!kAligned) {
     const PhasedChunks<kVec> pc(args.rows, kChunkRows);
-    chunks = pc.chunks;
     first = pc.First(chunk);
     geo = GeometryOfClass(args, pc.Class(chunk));
   }
+  const auto* class_geo = kAligned ? nullptr : &geo;
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   const auto sums_of_rows = [&] {
     if constexpr (kAligned) {
@@ -662,12 +662,15 @@ __global__ void __launch_bounds__(kCtaThreads)
     }
   }();
   FillParams(params, op, team.rank, group == 0, args.n, geo.head);
+  const int64_t base = first + group * kStep;
   for (int k = 0; k < kRows; ++k) {
-    const int64_t row = first + (group + int64_t{k} * kGroups) * kStep;
+    const int64_t row = base + static_cast<int64_t>(k) * kGroups * kStep;
     FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows,
-                                                                   &params);
+                                                                   &params, class_geo);
     op(r, sums_of_rows);
   }
+  const int64_t chunks = kAligned ? (args.rows + kChunkRows - 1) / kChunkRows
+                                  : PhasedChunks<kVec>(args.rows, kChunkRows).chunks;
   if constexpr (!kAligned) {  // read after GroupsWriteSums's barriers
     GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Put(
         phased, group, team.rank);
