@@ -622,15 +622,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
  protected:
-  using Geometry = RowGeometry<TIn, kVec>;
-
-  // `geo`: the row's geometry where the caller has it (the class geometry of rows in phase,
-  // which the fused kernels make once a chunk), else made from input 0's address.
-  ROWNORM_DEVICE PackedRow(Team& team, const Args& args, int64_t row, bool valid,
-                           const Geometry* geo = nullptr)
+  ROWNORM_DEVICE PackedRow(Team& team, const Args& args, int64_t row, bool valid)
       : team_(team),
         row0_(In(args, 0, row, valid)),
-        geo_(GeometryOf(args, row, valid, geo)),
+        geo_(RowGeometry<TIn, kVec>::template Of<kAligned>(row0_, args.n)),
         own_(team, geo_, valid),
         n_(args.n),
         row_(row),
@@ -646,15 +641,6 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 
   ROWNORM_DEVICE static const TIn* In(const Args& args, int i, int64_t row, bool valid) {
     return InOffset<Args>(args.in[i], i, (valid ? row : 0) * args.in_stride[i]);
-  }
-
-  // Row `row`'s geometry: `given` where the caller has it, else from input 0's address (the
-  // per-row address arithmetic that rows in phase, whose class geometry a kernel makes once a
-  // chunk, spare themselves).
-  ROWNORM_DEVICE static Geometry GeometryOf(const Args& args, int64_t row, bool valid,
-                                            const Geometry* given) {
-    return given != nullptr ? *given
-                            : Geometry::template Of<kAligned>(In(args, 0, row, valid), args.n);
   }
 
   // g(x, col) for the head and tail scalars this thread owns.
@@ -723,24 +709,20 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     Scalars scalars;
   };
 
-  using typename Base::Geometry;
-
-  // `geo` (here and below): the row's geometry where the caller has it (PackedRow).
-  ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid,
-                                    const Geometry* geo = nullptr) {
-    return LoadWith(
-        team, args, row, valid,
-        [](int, int i, const TIn* src, Pack<TIn, kVec>& dst) { LoadInPack<Args>(src, i, dst); },
-        nullptr, geo);
+  ROWNORM_DEVICE static Loaded Load(const Team& team, const Args& args, int64_t row, bool valid) {
+    return LoadWith(team, args, row, valid, [](int, int i, const TIn* src, Pack<TIn, kVec>& dst) {
+      LoadInPack<Args>(src, i, dst);
+    });
   }
 
   using Stage = RowStage<Args, kVec, kVecs, Team::kThreads>;
 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.
-  ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row, Stage& stage,
-                                      const Geometry* given = nullptr) {
+  ROWNORM_DEVICE static void Prefetch(const Team& team, const Args& args, int64_t row,
+                                      Stage& stage) {
     static_assert(!Args::kMixed, "a stage holds packs of one type (plan.h stages no mixed rows)");
-    const Geometry geo = Base::GeometryOf(args, row, true, given);
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const Ownership<Team, kVec> own(team, geo, true);
     ForEachOwnedPack(args, row, true, geo, own, [&](int k, int i, const TIn* src) {
       CopyPackAsync(&stage.packs[k][i][team.ThreadRank()], src);
@@ -774,31 +756,31 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // aligned) taken from `scalars`, LoadScalars of the row issued earlier: read here, their
   // latency would hold the CTA at the row's first barrier.
   ROWNORM_DEVICE static Loaded LoadStaged(const Team& team, const Args& args, int64_t row,
-                                          const Stage& stage, const Scalars* scalars = nullptr,
-                                          const Geometry* geo = nullptr) {
+                                          const Stage& stage, const Scalars* scalars = nullptr) {
     return LoadWith(
         team, args, row, true,
         [&](int k, int i, const TIn*, Pack<TIn, kVec>& dst) {
           dst = stage.packs[k][i][team.ThreadRank()];
         },
-        scalars, geo);
+        scalars);
   }
 
   // The head and tail scalars of `row` that this thread owns.
   ROWNORM_DEVICE static Scalars LoadScalars(const Team& team, const Args& args, int64_t row,
-                                            bool valid, const Geometry* given = nullptr) {
-    const Geometry geo = Base::GeometryOf(args, row, valid, given);
+                                            bool valid) {
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, valid), args.n);
     return ReadScalars(args, row, valid, Ownership<Team, kVec>(team, geo, valid));
   }
 
   ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid,
-                           const Cache* cache = nullptr, const Geometry* geo = nullptr)
-      : CachedRow(team, args, row, valid, Load(team, args, row, valid, geo), cache, geo) {}
+                           const Cache* cache = nullptr)
+      : CachedRow(team, args, row, valid, Load(team, args, row, valid), cache) {}
 
   // The view of row `row` whose loads `l` are (Load of the same row).
   ROWNORM_DEVICE CachedRow(Team& team, const Args& args, int64_t row, bool valid, const Loaded& l,
-                           const Cache* cache = nullptr, const Geometry* geo = nullptr)
-      : Base(team, args, row, valid, geo), data_(l), cache_(cache) {}
+                           const Cache* cache = nullptr)
+      : Base(team, args, row, valid), data_(l), cache_(cache) {}
 
   // f(x, col, p) reduced over the row (ReduceWith in row_ops.h; kSharedParams), a pack's
   // parameters read from the cache, the scalars' from global memory; the order of operations
@@ -972,9 +954,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // copied from `scalars`).
   template <class Fill>
   ROWNORM_DEVICE static Loaded LoadWith(const Team& team, const Args& args, int64_t row, bool valid,
-                                        Fill fill, const Scalars* scalars = nullptr,
-                                        const Geometry* given = nullptr) {
-    const Geometry geo = Base::GeometryOf(args, row, valid, given);
+                                        Fill fill, const Scalars* scalars = nullptr) {
+    const auto geo =
+        RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, valid), args.n);
     const Ownership<Team, kVec> own(team, geo, valid);
     Loaded l;
     ForEachOwnedPack(args, row, valid, geo, own,

@@ -375,7 +375,6 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     end = min(args.rows, first + pc.block);
     geo = GeometryOfClass(args, pc.Class(c));
   }
-  const auto* class_geo = kAligned ? nullptr : &geo;  // the rows in phase's, made once
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   const auto sums_of_rows = [&] {
     if constexpr (kAligned) {
@@ -385,21 +384,20 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     }
   }();
   if constexpr (kPipelined) {
-    typename Row::Loaded loaded = Row::Load(team, args, first, first < end, class_geo);
+    typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
     // while the first row's loads fly
     FillParams(params, op, threadIdx.x, true, args.n, geo.head);
 #pragma unroll 1
     for (int64_t row = first; row < end; row += kStep) {
-      const typename Row::Loaded next =
-          Row::Load(team, args, row + kStep, row + kStep < end, class_geo);
-      Row r(team, args, row, true, loaded, &params, class_geo);
+      const typename Row::Loaded next = Row::Load(team, args, row + kStep, row + kStep < end);
+      Row r(team, args, row, true, loaded, &params);
       op(r, sums_of_rows);
       loaded = next;
     }
   } else {
     FillParams(params, op, threadIdx.x, true, args.n, geo.head);
     for (int64_t row = first; row < end; row += kStep) {
-      Row r(team, args, row, true, &params, class_geo);
+      Row r(team, args, row, true, &params);
       op(r, sums_of_rows);
     }
   }
@@ -496,18 +494,18 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
           next.Seek((u + 1) / kRows);
           const int64_t next_row = row_of(next, u + 1);
           scalars = Row::LoadScalars(team, args, next_row, u + 1 < units && next_row < args.rows);
-          const auto geo = GeometryOfClass(args, q);  // the row's: made once for its uses
           if (row < args.rows) {
             if (q != filled) {
-              FillParams(params, op, threadIdx.x, true, args.n, geo.head);
+              FillParams(params, op, threadIdx.x, true, args.n, GeometryOfRow(args, q).head);
               filled = q;
             }
-            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s], &mine, &geo),
-                  &params, &geo);
+            Row r(team, args, row, true, Row::LoadStaged(team, args, row, stages[s], &mine),
+                  &params);
             op(r, &phased);
           }
           refill();                      // the row's stores have used every staged pack
           if (u % kRows == kRows - 1) {  // the chunk's last unit
+            const auto geo = GeometryOfClass(args, q);
             WriteSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>(sums, threadIdx.x, c, pc.chunks,
                                                                    args.n, partial, geo.head);
             ZeroSums(sums);
@@ -641,8 +639,7 @@ __global__ void __launch_bounds__(kCtaThreads)
   Sums sums;
   ZeroSums(sums);
   const int64_t chunk = blockIdx.x;
-  // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo` (given to
-  // the rows in phase: their class's, made once).
+  // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo`.
   constexpr int64_t kStep = kAligned ? 1 : kVec;
   constexpr int64_t kChunkRows = int64_t{kRows} * kGroups;
   int64_t first = chunk * kChunkRows;
@@ -652,7 +649,6 @@ __global__ void __launch_bounds__(kCtaThreads)
     first = pc.First(chunk);
     geo = GeometryOfClass(args, pc.Class(chunk));
   }
-  const auto* class_geo = kAligned ? nullptr : &geo;
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   const auto sums_of_rows = [&] {
     if constexpr (kAligned) {
@@ -666,7 +662,7 @@ __global__ void __launch_bounds__(kCtaThreads)
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = base + static_cast<int64_t>(k) * kGroups * kStep;
     FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows,
-                                                                   &params, class_geo);
+                                                                   &params);
     op(r, sums_of_rows);
   }
   const int64_t chunks = kAligned ? (args.rows + kChunkRows - 1) / kChunkRows
