@@ -617,9 +617,9 @@ struct GroupsWriteScalars {
 };
 
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
-          bool kAligned = true>
-__global__ void __launch_bounds__(kCtaThreads)
-    GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+          bool kAligned>
+ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
+                                 AccType<typename Args::InElem>* partial) {
   static_assert(kAligned || kVec <= kWidth, "a lane owns at most one head and one tail scalar");
   using Acc = AccType<typename Args::InElem>;
   using Sums = ColumnSums<Acc, Op::kColumnSums, kVecs, kVec>;
@@ -678,6 +678,24 @@ __global__ void __launch_bounds__(kCtaThreads)
     GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Finish(
         group, team.rank, own.head_col, own.tail_col, chunk, chunks, args.n, partial);
   }
+}
+
+// The group tier's kernels: aligned rows with ptxas's own register choice; rows in phase held
+// to kPhasedGroupSumCtas CTAs per SM (a second kernel: a launch bound of one CTA per SM on the
+// aligned kernel moved 16-bit layer_norm's from 128 to 167 registers). Left alone, ptxas gave
+// the rows in phase 120-176 registers where the aligned rows take 80-128: two or three CTAs of
+// 128 per SM against four to six.
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+__global__ void __launch_bounds__(kCtaThreads)
+    GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, true>(args, op, partial);
+}
+constexpr int kPhasedGroupSumCtas = 4;
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+__global__ void __launch_bounds__(kCtaThreads, kPhasedGroupSumCtas)
+    PhasedGroupRowSumsKernel(const Args args, const Op op,
+                             AccType<typename Args::InElem>* partial) {
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, false>(args, op, partial);
 }
 
 // The per-thread copies of an op's ColumnParams() that ClusterParamRowKernel keeps.
