@@ -350,20 +350,26 @@ def test_phased_group_param_grads(op_id, dtype, monkeypatch):
     """Rows in phase of the group tier's lengths (odd N of up to 32 lanes x 4 packs: 1024
     16-bit / 512 fp32 elements) sum their columns in registers too: a CTA's groups run one
     chunk of rows of one class (plan.h, PhasedSumPlan) and add their packs' sums and their
-    head and tail scalars' in group order. Groups of 8, 16 and 32 lanes, rows shorter than a
-    pack (every element a head or tail scalar), n at several offsets from a pack, and a last
-    block whose classes are partly empty (their chunks write zeros): the gradients match the
-    reference and are bit-identical run to run, and dx is the same bits as on the two-pass
-    path (ROWNORM_PARAM_GRADS=two-pass) where that runs groups of the same width."""
+    head and tail scalars' in group order. Groups of 8, 16 and 32 lanes, 16-bit rows shorter
+    than a pack (every element a head or tail scalar), n at several offsets from a pack, and a
+    last block whose classes are partly empty (their chunks write zeros): the gradients match
+    the reference and are bit-identical run to run, and dx is the same bits as on the two-pass
+    path (ROWNORM_PARAM_GRADS=two-pass). fp32 rows of up to 64, which the table puts on 4-lane
+    groups, stay two-pass (so dx does not depend on whether dweight is asked for)."""
     import rownorm
 
     name = OPS[op_id].name
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
-    # (n, lanes): rows shorter than a pack, a pack and one, then the longest rows of 8-, 16-
-    # and 32-lane groups (fp32 rows of up to 64 elements: 8 lanes, past the table's 4)
-    lengths = [(vec - 1, 8), (vec + 1, 8), (8 * 4 * vec - 1, 8), (16 * 4 * vec - 3, 16)]
-    lengths.append((32 * 4 * vec - vec + 1, 32))
+    if elem == 4:
+        for n in (vec + 1, 61):
+            x = torch.empty((1 << 14, n), dtype=dtype, device="cuda")
+            plan = rownorm.explain(x, name, backward=True, param_grads=True)
+            assert plan.param_grads == "two-pass" and plan.lanes_per_row == 4, (n, plan.raw)
+    # (n, lanes): the longest rows of 8-, 16- and 32-lane groups, n at several offsets from a
+    # pack; 16-bit rows shorter than a pack and a pack and one; fp32 rows just past 4 lanes
+    lengths = [(8 * 4 * vec - 1, 8), (16 * 4 * vec - 3, 16), (32 * 4 * vec - vec + 1, 32)]
+    lengths += [(vec - 1, 8), (vec + 1, 8)] if elem == 2 else [(4 * 4 * vec + 3, 8)]
     seen = set()
     for n, lanes in lengths:
         chunk_rows = 128 // lanes * 32  # a CTA's groups' 32 rows each
@@ -376,13 +382,11 @@ def test_phased_group_param_grads(op_id, dtype, monkeypatch):
         plan = rownorm.explain(x, name, backward=True, param_grads=True)
         assert plan.chunks == vec * -(-rows // block), (n, plan.raw)
         seen.add(lanes)
-        if elem == 2 or n > 64:  # fp32 rows of up to 64 run the two-pass path on 4 lanes
-            monkeypatch.setenv("ROWNORM_PARAM_GRADS", "two-pass")
-            two = case.raw_backward(dys, inp, -1, outs, frozenset(OPS[op_id].params))
-            monkeypatch.delenv("ROWNORM_PARAM_GRADS")
-            assert torch.equal(two["x"], fused["x"]), f"N={n}: dx differs from the two-pass path"
-            del two
-        del case, inp, outs, dys, fused, x
+        monkeypatch.setenv("ROWNORM_PARAM_GRADS", "two-pass")
+        two = case.raw_backward(dys, inp, -1, outs, frozenset(OPS[op_id].params))
+        monkeypatch.delenv("ROWNORM_PARAM_GRADS")
+        assert torch.equal(two["x"], fused["x"]), f"N={n}: dx differs from the two-pass path"
+        del case, inp, outs, dys, fused, two, x
         torch.cuda.empty_cache()
     assert seen == {8, 16, 32}, seen
 

@@ -538,8 +538,11 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Rows
   // in phase: a CTA's rows are one chunk of one class, as its groups share its copy of the
   // parameters (filled for the class's head); a lane owns at most one head and one tail scalar
-  // (groups of at least a pack's width).
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
+  // (groups of at least a pack's width). Not rows in phase that the table puts on groups
+  // narrower than 8 lanes (fp32 rows of up to 64): the two-pass backward runs them on the
+  // table's groups, so dx comes out the same bits whether or not the parameter gradients are
+  // asked for, as it does for every other row in phase.
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && (whole || plan.width >= 8)) {
     RowPlan group = plan;
     group.width = std::max(plan.width, 8);
     const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;

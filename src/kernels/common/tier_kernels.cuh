@@ -680,21 +680,27 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
   }
 }
 
-// The group tier's kernels: aligned rows with ptxas's own register choice; rows in phase held
-// to kPhasedGroupSumCtas CTAs per SM (a second kernel: a launch bound of one CTA per SM on the
-// aligned kernel moved 16-bit layer_norm's from 128 to 167 registers). Left alone, ptxas gave
-// the rows in phase 120-176 registers where the aligned rows take 80-128: two or three CTAs of
-// 128 per SM against four to six.
-template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+// The group tier's kernels. GroupRowSumsKernel: aligned rows, and layer_norm's rows in phase,
+// with ptxas's own register choice. PhasedGroupRowSumsKernel: the rows in phase of one column
+// sum, held to kPhasedGroupSumCtas CTAs of 128 per SM. Left alone, ptxas gave those 136-161
+// registers at 16-bit (three CTAs per SM) where the aligned rows take 96-128 (four or five);
+// held, the H100's bf16 step took 0.95 / 0.93x the time at 511 / 1023 for rms_norm, 0.98 /
+// 0.97x for add_rms_norm. Held to four, layer_norm's 16-bit kernel (176 registers left alone)
+// spilled 80 bytes and took 1.08x the time at 255 (0.99-1.01x at 511-1023), so it keeps
+// ptxas's choice. A bound of one CTA per SM is not that choice: on the aligned 16-bit
+// layer_norm kernel it moved 128 registers to 167 (benchmarks/results/h100/NOTES.md §46).
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
+          bool kAligned = true>
 __global__ void __launch_bounds__(kCtaThreads)
     GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
-  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, true>(args, op, partial);
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, kAligned>(args, op, partial);
 }
 constexpr int kPhasedGroupSumCtas = 4;
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
 __global__ void __launch_bounds__(kCtaThreads, kPhasedGroupSumCtas)
     PhasedGroupRowSumsKernel(const Args args, const Op op,
                              AccType<typename Args::InElem>* partial) {
+  static_assert(Op::kColumnSums == 1, "two sums run GroupRowSumsKernel (see above)");
   GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, false>(args, op, partial);
 }
 
