@@ -919,9 +919,9 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
   constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
   constexpr int64_t kBlock = kAligned ? kPerCta : int64_t{kVec} * kPerCta;
   const int64_t chunks = (kBlock / kPerCta) * ((a.rows + kBlock - 1) / kBlock);
-  if constexpr (kAligned) {
-    GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
-        <<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
+  if constexpr (kAligned || OpTraits<Op>::kColumnSums == 2) {  // (tier_kernels.cuh)
+    GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows,
+                       kAligned><<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
   } else {
     PhasedGroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
         <<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);

@@ -264,17 +264,6 @@ struct PhasedSums {
   }
 };
 
-// What a row's AddColumns adds into: the packs' sums (aligned rows), or those and the head and
-// tail scalars' (rows in phase).
-template <bool kAligned, class Sums, class Phased>
-ROWNORM_DEVICE auto* SumsOfRows(Sums& sums, Phased& phased) {
-  if constexpr (kAligned) {
-    return &sums;
-  } else {
-    return &phased;
-  }
-}
-
 // The column sums of the kCluster CTAs of a thread-block cluster, added in rank order into one
 // partial of chunk `chunk` (CtaRowSumsKernel with kCluster > 1; plan.h's kSumClusterCtas):
 // each thread puts its sums into its CTA's `exchange`, and CTA r adds up the r-th share of
@@ -387,7 +376,13 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     geo = GeometryOfClass(args, pc.Class(c));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
-  auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
+  const auto sums_of_rows = [&] {
+    if constexpr (kAligned) {
+      return &sums;
+    } else {
+      return &phased;
+    }
+  }();
   if constexpr (kPipelined) {
     typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
     // while the first row's loads fly
@@ -655,7 +650,13 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
     geo = GeometryOfClass(args, pc.Class(chunk));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
-  auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
+  const auto sums_of_rows = [&] {
+    if constexpr (kAligned) {
+      return &sums;
+    } else {
+      return &phased;
+    }
+  }();
   FillParams(params, op, team.rank, group == 0, args.n, geo.head);
   const int64_t base = first + group * kStep;
   for (int k = 0; k < kRows; ++k) {
@@ -679,28 +680,27 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
   }
 }
 
-// The group tier's kernels. GroupRowSumsKernel: aligned rows, with ptxas's own register
-// choice. PhasedGroupRowSumsKernel: rows in phase, held to PhasedGroupSumCtas CTAs of 128 per
-// SM, a kernel of its own (a bound of one CTA per SM is not ptxas's own choice: on the aligned
-// 16-bit layer_norm kernel it moved 128 registers to 167). Left alone, ptxas gave the rows in
-// phase 136-176 registers at 16-bit (two or three CTAs per SM) where the aligned rows take
-// 96-128 (four or five). Held to four, the H100's bf16 step took 0.95 / 0.93x the time at
-// 511 / 1023 for rms_norm, 0.98 / 0.97x for add_rms_norm; layer_norm's two sums spilled 80
-// bytes there and took 1.08x at 255, and are held to three (168 registers, no spill, against
-// 176 and two CTAs; benchmarks/results/h100/NOTES.md §46).
-template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+// The group tier's kernels. GroupRowSumsKernel: aligned rows, and layer_norm's rows in phase,
+// with ptxas's own register choice. PhasedGroupRowSumsKernel: the rows in phase of one column
+// sum, held to kPhasedGroupSumCtas CTAs of 128 per SM. Left alone, ptxas gave those 136-161
+// registers at 16-bit (three CTAs per SM) where the aligned rows take 96-128 (four or five);
+// held, the H100's bf16 step took 0.95 / 0.93x the time at 511 / 1023 for rms_norm, 0.98 /
+// 0.97x for add_rms_norm. Held to four, layer_norm's 16-bit kernel (176 registers left alone)
+// spilled 80 bytes and took 1.08x the time at 255 (0.99-1.01x at 511-1023), so it keeps
+// ptxas's choice. A bound of one CTA per SM is not that choice: on the aligned 16-bit
+// layer_norm kernel it moved 128 registers to 167 (benchmarks/results/h100/NOTES.md §46).
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
+          bool kAligned = true>
 __global__ void __launch_bounds__(kCtaThreads)
     GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
-  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, true>(args, op, partial);
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, kAligned>(args, op, partial);
 }
-template <class Op>
-constexpr int PhasedGroupSumCtas() {
-  return Op::kColumnSums == 2 ? 3 : 4;
-}
+constexpr int kPhasedGroupSumCtas = 4;
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
-__global__ void __launch_bounds__(kCtaThreads, PhasedGroupSumCtas<Op>())
+__global__ void __launch_bounds__(kCtaThreads, kPhasedGroupSumCtas)
     PhasedGroupRowSumsKernel(const Args args, const Op op,
                              AccType<typename Args::InElem>* partial) {
+  static_assert(Op::kColumnSums == 1, "two sums run GroupRowSumsKernel (see above)");
   GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, false>(args, op, partial);
 }
 
