@@ -585,8 +585,8 @@ struct GroupScalarExchange {
 struct NoGroupScalarExchange {};
 
 // Group `group`'s lane `lane` puts its scalars' sums into `ex`, then (Finish, after a barrier)
-// the lanes of group 0 add every group's in group order and write them at the columns that
-// `own`, the lane's ownership in the chunk's geometry, gives it.
+// the lanes of group 0 add every group's in group order and write them at the lane's head and
+// tail columns in the chunk's geometry (Ownership's; -1 where it owns none).
 template <typename Acc, int kK, int kWidth, int kCtaThreads>
 struct GroupsWriteScalars {
   GroupScalarExchange<Acc, kK, kWidth, kCtaThreads>& ex;
