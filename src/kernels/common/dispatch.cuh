@@ -743,8 +743,21 @@ constexpr size_t StagedSumBytes() {
 // operands (fp32 only: plan.h).
 template <class Args>
 constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
+// EXPERIMENT ln1pack: 16-bit rows of one pack a thread, staged (plan.h).
+template <class Args>
+constexpr bool kStagedOnePack = sizeof(typename Args::InElem) == 2 && !Args::kMixed;
 template <class Op, class Args, bool kAligned>
 cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
+  if constexpr (kStagedOnePack<Args>) {
+    if (k.packs == 1 && k.threads == 512) {
+      return ResidentCtas<StagedSumKernel<Op, Args, 512, 1, kAligned>,
+                          StagedSumBytes<Args, 512, 1>()>(512, ctas);
+    }
+    if (k.packs == 1 && k.threads == 1024) {
+      return ResidentCtas<StagedSumKernel<Op, Args, 1024, 1, kAligned>,
+                          StagedSumBytes<Args, 1024, 1>()>(1024, ctas);
+    }
+  }
   if constexpr (kStagedWideSums<Args>) {
     if (k.packs == kCtaVecs && k.threads == 512) {
       return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs, kAligned>,
@@ -909,16 +922,13 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   return cudaSuccess;
 }
 
-// Group-tier sums, a CTA per chunk: of kRows x groups aligned rows, or (kAligned false) a chunk
-// of PhasedChunks.
+// Group-tier sums, a CTA per chunk (`chunks`, the plan's): of kRows x groups aligned rows, or
+// (kAligned false) a chunk of PhasedChunks.
 template <class Op, class Args, int kWidth, bool kAligned>
-cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
-                               cudaStream_t stream) {
+cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, int64_t chunks,
+                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
-  constexpr int64_t kPerCta = int64_t{kGroupCtaThreads} / kWidth * kFusedGroupRows;
-  constexpr int64_t kBlock = kAligned ? kPerCta : int64_t{kVec} * kPerCta;
-  const int64_t chunks = (kBlock / kPerCta) * ((a.rows + kBlock - 1) / kBlock);
   if constexpr (kAligned || OpTraits<Op>::kColumnSums == 2) {  // (tier_kernels.cuh)
     GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows,
                        kAligned><<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
@@ -929,21 +939,20 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, AccType<typename Arg
   return cudaGetLastError();
 }
 
-// CTA-tier sums of kRows-row CTAs; `cluster` = kSumClusterCtas: in clusters that write one
-// partial per kSumClusterCtas CTAs (plan.h), where the sums' exchange fits. kAligned false:
-// rows in phase, a CTA per chunk of PhasedChunks.
+// CTA-tier sums of kRows-row CTAs, `chunks` (the plan's) of them; `cluster` = kSumClusterCtas:
+// in clusters that write one partial per kSumClusterCtas CTAs (plan.h), where the sums'
+// exchange fits. kAligned false: rows in phase, a CTA per chunk of PhasedChunks.
 template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows,
           bool kAligned = true>
-cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args::InElem>* partial,
-                             cudaStream_t stream, int cluster = 0) {
+cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, int64_t chunks,
+                             AccType<typename Args::InElem>* partial, cudaStream_t stream,
+                             int cluster = 0) {
   constexpr int kVec = Args::kPackWidth;
   constexpr bool kPipelined = kVecs == kFusedSumVecs;  // two packs: two rows in flight
   using Exchange =
       SumExchange<AccType<typename Args::InElem>, OpTraits<Op>::kColumnSums, kVecs, kVec, kThreads>;
   if constexpr (kAligned && kRows == kFusedChunkRows && sizeof(Exchange) <= kMaxSumExchangeBytes) {
     if (cluster == kSumClusterCtas) {
-      constexpr int64_t kChunkRows = int64_t{kSumClusterCtas} * kRows;
-      const int64_t chunks = (a.rows + kChunkRows - 1) / kChunkRows;
       cudaLaunchAttribute attr[1];
       const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kSumClusterCtas, 0>(
           attr, GridFor(chunks * kSumClusterCtas), stream);
@@ -954,11 +963,22 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, AccType<typename Args:
     }
   }
   if (cluster > 1) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
-  constexpr int64_t kBlock = kAligned ? kRows : int64_t{kVec} * kRows;
-  const int64_t chunks = (kBlock / kRows) * ((a.rows + kBlock - 1) / kBlock);
   CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, 1, kAligned>
       <<<GridFor(chunks), kThreads, 0, stream>>>(a, op, partial);
   return cudaGetLastError();
+}
+
+// EXPERIMENT ln1pack: the staged kernel only.
+template <class Op, class Args, int kThreads, bool kAligned>
+cudaError_t LaunchStagedOnePack(const Args& a, const Op& op, const FusedSumPlan& plan,
+                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  if (plan.kernel.stages != kFusedSumStages) return cudaErrorInvalidConfiguration;
+  bool launched = false;
+  const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, 1, kAligned>,
+                                           StagedSumBytes<Args, kThreads, 1>()>(
+      plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
+  if (err != cudaSuccess) return err;
+  return launched ? cudaSuccess : cudaErrorInvalidConfiguration;
 }
 
 // Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
@@ -973,8 +993,8 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
         plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
-  return LaunchCtaRowSums<Op, Args, kThreads, kVecs, kStagedChunkRows, kAligned>(a, op, partial,
-                                                                                 stream);
+  return LaunchCtaRowSums<Op, Args, kThreads, kVecs, kStagedChunkRows, kAligned>(a, op, plan.chunks,
+                                                                                 partial, stream);
 }
 
 // The CTA tier's fused sums (CtaRowSumsKernel, CtaRowSumsStagedKernel) of `plan`, of aligned
@@ -984,6 +1004,14 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   const RowPlan& k = plan.kernel;
   if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
+    if constexpr (kStagedOnePack<Args>) {
+      if (k.packs == 1 && k.threads == 512) {
+        return LaunchStagedOnePack<Op, Args, 512, kAligned>(a, op, plan, partial, stream);
+      }
+      if (k.packs == 1 && k.threads == 1024) {
+        return LaunchStagedOnePack<Op, Args, 1024, kAligned>(a, op, plan, partial, stream);
+      }
+    }
     if constexpr (kStagedWideSums<Args>) {
       if (k.packs == kCtaVecs && k.threads == 512) {
         return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs, kAligned>(a, op, plan, partial,
@@ -1006,12 +1034,12 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
   } else {
     constexpr int kRows = kFusedChunkRows;
     if (k.packs == kFusedSumVecs && k.threads == 128) {
-      return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs, kRows, kAligned>(a, op, partial, stream,
-                                                                             k.cluster);
+      return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs, kRows, kAligned>(
+          a, op, plan.chunks, partial, stream, k.cluster);
     }
     if (k.packs == kFusedSumVecs && k.threads == 256) {
-      return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs, kRows, kAligned>(a, op, partial, stream,
-                                                                             k.cluster);
+      return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs, kRows, kAligned>(
+          a, op, plan.chunks, partial, stream, k.cluster);
     }
     if constexpr (Args::kNumIn == 3) {  // add_rms_norm
       if (k.packs == kFusedSumVecs && k.threads == 512) {
@@ -1020,14 +1048,14 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
       }
     }
     if (k.packs == kCtaVecs && k.threads == 256) {
-      return LaunchCtaRowSums<Op, Args, 256, kCtaVecs, kRows, kAligned>(a, op, partial, stream,
-                                                                        k.cluster);
+      return LaunchCtaRowSums<Op, Args, 256, kCtaVecs, kRows, kAligned>(a, op, plan.chunks, partial,
+                                                                        stream, k.cluster);
     }
     // 16-bit rows of 512 x 4 run the slice sums (SliceSumsApply): compiled for fp32 only.
     if constexpr (!SliceSumsApply(RowTier::kCta, 512, kCtaVecs, 1, PlannedElemSize<Args>(), 1)) {
       if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs, kRows, kAligned>(a, op, partial, stream,
-                                                                          k.cluster);
+        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs, kRows, kAligned>(
+            a, op, plan.chunks, partial, stream, k.cluster);
       }
     }
   }
@@ -1045,11 +1073,19 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     return WithRowAlignment<Args>(plan, [&](auto aligned) {
       constexpr bool kAligned = decltype(aligned)::value;
       if (k.tier == RowTier::kGroup) {
+        if constexpr (Args::kPackWidth <= 4) {  // fp32 rows of up to 64: 4-lane groups
+          if (k.width == 4) {
+            return LaunchGroupRowSums<Op, Args, 4, kAligned>(a, op, plan.chunks, partial, stream);
+          }
+        }
         switch (k.width) {
-          case 8: return LaunchGroupRowSums<Op, Args, 8, kAligned>(a, op, partial, stream);
-          case 16: return LaunchGroupRowSums<Op, Args, 16, kAligned>(a, op, partial, stream);
+          case 8:
+            return LaunchGroupRowSums<Op, Args, 8, kAligned>(a, op, plan.chunks, partial, stream);
+          case 16:
+            return LaunchGroupRowSums<Op, Args, 16, kAligned>(a, op, plan.chunks, partial, stream);
           case kWarpSize:
-            return LaunchGroupRowSums<Op, Args, kWarpSize, kAligned>(a, op, partial, stream);
+            return LaunchGroupRowSums<Op, Args, kWarpSize, kAligned>(a, op, plan.chunks, partial,
+                                                                     stream);
         }
         return cudaErrorInvalidConfiguration;
       }

@@ -93,6 +93,12 @@ inline bool ParamGradsTwoPass() {
   return false;
 }
 
+// EXPERIMENT (not for main): ROWNORM_EXPERIMENT holds names of plan variants to A/B in one build.
+inline bool Experiment(const char* name) {
+  const char* v = std::getenv("ROWNORM_EXPERIMENT");
+  return v != nullptr && std::strstr(v, name) != nullptr;
+}
+
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -499,6 +505,11 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // 0.91 / 0.86x, 4096 0.92 / 0.82x (NOTES.md §24, h200/NOTES.md §6). The register-pipelined
   // kernel on 16-row chunks took the two-pass time at bf16 4096 (§23).
   if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
+    if (Experiment("ln1pack") && elem_size == 2 && n > int64_t{256} * vec) {
+      RowPlan k{RowTier::kCta, vec, 0, n <= int64_t{512} * vec ? 512 : 1024, 0, 1};
+      k.stages = kFusedSumStages;
+      return chunked(k, kStagedChunkRows);
+    }
     RowPlan k = two_packs(threads);
     k.stages = kFusedSumStages;
     return chunked(k, kStagedChunkRows);
@@ -542,9 +553,9 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // narrower than 8 lanes (fp32 rows of up to 64): the two-pass backward runs them on the
   // table's groups, so dx comes out the same bits whether or not the parameter gradients are
   // asked for, as it does for every other row in phase.
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && (whole || plan.width >= 8)) {
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
     RowPlan group = plan;
-    group.width = std::max(plan.width, 8);
+    if (Experiment("group8") && whole) group.width = std::max(plan.width, 8);
     const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;
     return chunked(group, per_cta);
   }

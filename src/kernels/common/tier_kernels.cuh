@@ -264,6 +264,17 @@ struct PhasedSums {
   }
 };
 
+// What a row's AddColumns adds into: the packs' sums (aligned rows), or those and the head and
+// tail scalars' (rows in phase).
+template <bool kAligned, class Sums, class Phased>
+ROWNORM_DEVICE auto* SumsOfRows(Sums& sums, Phased& phased) {
+  if constexpr (kAligned) {
+    return &sums;
+  } else {
+    return &phased;
+  }
+}
+
 // The column sums of the kCluster CTAs of a thread-block cluster, added in rank order into one
 // partial of chunk `chunk` (CtaRowSumsKernel with kCluster > 1; plan.h's kSumClusterCtas):
 // each thread puts its sums into its CTA's `exchange`, and CTA r adds up the r-th share of
@@ -322,8 +333,9 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
 // the pipelined kernel 116 registers (2 CTAs of 256 per SM, no more rows in flight than
 // before); the launch bound keeps 768 threads per SM (80 registers), 512 (128 registers) with
 // three inputs or two sums (add_rms_norm, layer_norm: 80 registers spilled 64-144 bytes).
-template <class Op, class Args>
+template <class Op, class Args, int kVecs = kFusedSumVecs>
 constexpr int PipelinedSumThreads() {
+  if (kVecs == 1) return 1024;  // EXPERIMENT ln1pack
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
 // The kernels running one row at a time (4 packs) keep at least 512 threads per SM (two CTAs
@@ -376,13 +388,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
     geo = GeometryOfClass(args, pc.Class(c));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
-  const auto sums_of_rows = [&] {
-    if constexpr (kAligned) {
-      return &sums;
-    } else {
-      return &phased;
-    }
-  }();
+  auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
   if constexpr (kPipelined) {
     typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
     // while the first row's loads fly
@@ -430,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // and the per-row geometry), and run at 58-67% of DRAM peak against 75-82% (NOTES.md §45).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
           bool kAligned = true>
-__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
+__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args, kVecs>() / kThreads)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
@@ -468,8 +474,10 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
   } else {
     const PhasedChunks<kVec> pc(args.rows, kRows);
     const int64_t units = (pc.chunks - first + step - 1) / step * kRows;
-    // the chunks of the units staged and of those run (unit u: row u % kRows of chunk u / kRows)
-    PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step);
+    // the chunks of the units staged, of those run, and of the unit after the one run, whose
+    // scalars load while it runs (unit u: row u % kRows of chunk u / kRows)
+    PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step),
+        ahead(pc, first, step);
     const auto row_of = [](const PhasedChunkCursor<kVec>& at, int64_t u) {
       return at.First() + kVec * (u % kRows);
     };
@@ -490,9 +498,8 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kT
           const int64_t q = running.q;
           const int64_t row = row_of(running, u);
           const typename Row::Scalars mine = scalars;
-          PhasedChunkCursor<kVec> next = running;
-          next.Seek((u + 1) / kRows);
-          const int64_t next_row = row_of(next, u + 1);
+          ahead.Seek((u + 1) / kRows);
+          const int64_t next_row = row_of(ahead, u + 1);
           scalars = Row::LoadScalars(team, args, next_row, u + 1 < units && next_row < args.rows);
           if (row < args.rows) {
             if (q != filled) {
@@ -643,20 +650,16 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
   constexpr int64_t kStep = kAligned ? 1 : kVec;
   constexpr int64_t kChunkRows = int64_t{kRows} * kGroups;
   int64_t first = chunk * kChunkRows;
+  int64_t chunks = (args.rows + kChunkRows - 1) / kChunkRows;
   RowGeometry<typename Args::InElem, kVec> geo{0, args.n / kVec, 0};
   if constexpr (!kAligned) {
     const PhasedChunks<kVec> pc(args.rows, kChunkRows);
     first = pc.First(chunk);
+    chunks = pc.chunks;
     geo = GeometryOfClass(args, pc.Class(chunk));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
-  const auto sums_of_rows = [&] {
-    if constexpr (kAligned) {
-      return &sums;
-    } else {
-      return &phased;
-    }
-  }();
+  auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
   FillParams(params, op, team.rank, group == 0, args.n, geo.head);
   const int64_t base = first + group * kStep;
   for (int k = 0; k < kRows; ++k) {
@@ -665,8 +668,6 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
                                                                    &params);
     op(r, sums_of_rows);
   }
-  const int64_t chunks = kAligned ? (args.rows + kChunkRows - 1) / kChunkRows
-                                  : PhasedChunks<kVec>(args.rows, kChunkRows).chunks;
   if constexpr (!kAligned) {  // read after GroupsWriteSums's barriers
     GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Put(
         phased, group, team.rank);
