@@ -354,22 +354,21 @@ def test_phased_group_param_grads(op_id, dtype, monkeypatch):
     than a pack (every element a head or tail scalar), n at several offsets from a pack, and a
     last block whose classes are partly empty (their chunks write zeros): the gradients match
     the reference and are bit-identical run to run, and dx is the same bits as on the two-pass
-    path (ROWNORM_PARAM_GRADS=two-pass). fp32 rows of up to 64, which the table puts on 4-lane
-    groups, stay two-pass (so dx does not depend on whether dweight is asked for)."""
+    path (ROWNORM_PARAM_GRADS=two-pass). The fused groups have the table's lanes: fp32 rows of
+    up to 64 run 4-lane groups, as on the two-pass path."""
     import rownorm
 
     name = OPS[op_id].name
     elem = torch.empty((), dtype=dtype).element_size()
     vec = 16 // elem
-    if elem == 4:
-        for n in (vec + 1, 61):
-            x = torch.empty((1 << 14, n), dtype=dtype, device="cuda")
-            plan = rownorm.explain(x, name, backward=True, param_grads=True)
-            assert plan.param_grads == "two-pass" and plan.lanes_per_row == 4, (n, plan.raw)
-    # (n, lanes): the longest rows of 8-, 16- and 32-lane groups, n at several offsets from a
-    # pack; 16-bit rows shorter than a pack and a pack and one; fp32 rows just past 4 lanes
+    narrowest = 8 if elem == 2 else 4  # the table's fewest lanes: a pack's width, at least 4
+    # (n, lanes): the longest rows of 8-, 16- and 32-lane groups (and fp32's 4-lane ones), n
+    # at several offsets from a pack; rows shorter than a pack (every element a head or tail
+    # scalar) and a pack and one; fp32 rows just past 4 lanes
     lengths = [(8 * 4 * vec - 1, 8), (16 * 4 * vec - 3, 16), (32 * 4 * vec - vec + 1, 32)]
-    lengths += [(vec - 1, 8), (vec + 1, 8)] if elem == 2 else [(4 * 4 * vec + 3, 8)]
+    lengths += [(vec - 1, narrowest), (vec + 1, narrowest)]
+    if elem == 4:
+        lengths += [(4 * 4 * vec - 3, 4), (4 * 4 * vec + 3, 8)]
     seen = set()
     for n, lanes in lengths:
         chunk_rows = 128 // lanes * 32  # a CTA's groups' 32 rows each
@@ -388,7 +387,7 @@ def test_phased_group_param_grads(op_id, dtype, monkeypatch):
         assert torch.equal(two["x"], fused["x"]), f"N={n}: dx differs from the two-pass path"
         del case, inp, outs, dys, fused, two, x
         torch.cuda.empty_cache()
-    assert seen == {8, 16, 32}, seen
+    assert seen == ({8, 16, 32} if elem == 2 else {4, 8, 16, 32}), seen
 
 
 @cuda_only
@@ -453,10 +452,12 @@ def test_forward_backward_batch_invariant(device, op_id):
 
 @pytest.mark.parametrize("op_id", PARAM_OPS)
 def test_param_grads_not_requested(device, op_id):
-    """weight_grad / bias_grad False: shape (0,) in the accumulator dtype; dx unchanged."""
+    """weight_grad / bias_grad False: shape (0,) in the accumulator dtype; dx unchanged, to the
+    bit: on CUDA the rows with and without parameter gradients run groups of the same lanes
+    (fp32 rows of up to 64 on 4 lanes, aligned (32, 64) and in phase (33))."""
     op = OPS[op_id]
-    for case_name in ("last_3d", "middle"):
-        x, dim = DIM_CASES[case_name](33, torch.float32, device)
+    for case_name, n in (("last_3d", 33), ("middle", 33), ("last_3d", 32), ("last_3d", 64)):
+        x, dim = DIM_CASES[case_name](n, torch.float32, device)
         if not op.supports(x, dim):
             continue
         inp = op.inputs(x, dim)

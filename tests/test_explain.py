@@ -296,8 +296,7 @@ def test_explain_param_grads(op, dtype):
         # x 8 packs run as a 2-pack CTA: two sums (layer_norm) up to 512 threads x 2 packs,
         # staged, on 64-row chunks; one sum up to 256 threads x 2 packs, and up to 512 with
         # three row inputs (add_rms_norm); longer 4-pack CTA rows with one sum as they are;
-        # 4-pack groups, with 8 lanes at the least (fp32 rows of up to 64, 4-lane groups in
-        # the table).
+        # 4-pack groups on the table's lanes.
         vec = 16 // elem
         cta4 = row["tier"] == "cta" and row.get("packs") == "4"
         warp8 = row["tier"] == "group" and row.get("packs") == "8"
@@ -312,7 +311,7 @@ def test_explain_param_grads(op, dtype):
         fused = two_pack or (cta4 and sums == 1 and not slice_cta4) or group4 or wide_two
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
-            lanes = max(int(row["lanes_per_row"]), 8)
+            lanes = int(row["lanes_per_row"])
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
             # one partial per CTA: its 128 / lanes groups' 32 rows each
             assert plan.chunk_rows == 128 // lanes * 32 and plan.chunks == 1, (m, plan.raw)

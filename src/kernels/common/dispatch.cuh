@@ -1043,8 +1043,8 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
     }
     if constexpr (Args::kNumIn == 3) {  // add_rms_norm
       if (k.packs == kFusedSumVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs, kRows, kAligned>(a, op, partial,
-                                                                               stream, k.cluster);
+        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs, kRows, kAligned>(
+            a, op, plan.chunks, partial, stream, k.cluster);
       }
     }
     if (k.packs == kCtaVecs && k.threads == 256) {
