@@ -743,21 +743,8 @@ constexpr size_t StagedSumBytes() {
 // operands (fp32 only: plan.h).
 template <class Args>
 constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
-// EXPERIMENT ln1pack: 16-bit rows of one pack a thread, staged (plan.h).
-template <class Args>
-constexpr bool kStagedOnePack = sizeof(typename Args::InElem) == 2 && !Args::kMixed;
 template <class Op, class Args, bool kAligned>
 cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
-  if constexpr (kStagedOnePack<Args>) {
-    if (k.packs == 1 && k.threads == 512) {
-      return ResidentCtas<StagedSumKernel<Op, Args, 512, 1, kAligned>,
-                          StagedSumBytes<Args, 512, 1>()>(512, ctas);
-    }
-    if (k.packs == 1 && k.threads == 1024) {
-      return ResidentCtas<StagedSumKernel<Op, Args, 1024, 1, kAligned>,
-                          StagedSumBytes<Args, 1024, 1>()>(1024, ctas);
-    }
-  }
   if constexpr (kStagedWideSums<Args>) {
     if (k.packs == kCtaVecs && k.threads == 512) {
       return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs, kAligned>,
@@ -968,19 +955,6 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, int64_t chunks,
   return cudaGetLastError();
 }
 
-// EXPERIMENT ln1pack: the staged kernel only.
-template <class Op, class Args, int kThreads, bool kAligned>
-cudaError_t LaunchStagedOnePack(const Args& a, const Op& op, const FusedSumPlan& plan,
-                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
-  if (plan.kernel.stages != kFusedSumStages) return cudaErrorInvalidConfiguration;
-  bool launched = false;
-  const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, 1, kAligned>,
-                                           StagedSumBytes<Args, kThreads, 1>()>(
-      plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
-  if (err != cudaSuccess) return err;
-  return launched ? cudaSuccess : cudaErrorInvalidConfiguration;
-}
-
 // Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
 template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
 cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
@@ -1004,14 +978,6 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   const RowPlan& k = plan.kernel;
   if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
-    if constexpr (kStagedOnePack<Args>) {
-      if (k.packs == 1 && k.threads == 512) {
-        return LaunchStagedOnePack<Op, Args, 512, kAligned>(a, op, plan, partial, stream);
-      }
-      if (k.packs == 1 && k.threads == 1024) {
-        return LaunchStagedOnePack<Op, Args, 1024, kAligned>(a, op, plan, partial, stream);
-      }
-    }
     if constexpr (kStagedWideSums<Args>) {
       if (k.packs == kCtaVecs && k.threads == 512) {
         return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs, kAligned>(a, op, plan, partial,
@@ -1073,7 +1039,7 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
     return WithRowAlignment<Args>(plan, [&](auto aligned) {
       constexpr bool kAligned = decltype(aligned)::value;
       if (k.tier == RowTier::kGroup) {
-        if constexpr (Args::kPackWidth <= 4) {  // fp32 rows of up to 64: 4-lane groups
+        if constexpr (Args::kPackWidth <= 4 && kAligned) {  // fp32 rows of up to 64 (plan.h)
           if (k.width == 4) {
             return LaunchGroupRowSums<Op, Args, 4, kAligned>(a, op, plan.chunks, partial, stream);
           }

@@ -93,12 +93,6 @@ inline bool ParamGradsTwoPass() {
   return false;
 }
 
-// EXPERIMENT (not for main): ROWNORM_EXPERIMENT holds names of plan variants to A/B in one build.
-inline bool Experiment(const char* name) {
-  const char* v = std::getenv("ROWNORM_EXPERIMENT");
-  return v != nullptr && std::strstr(v, name) != nullptr;
-}
-
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -505,11 +499,6 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // 0.91 / 0.86x, 4096 0.92 / 0.82x (NOTES.md §24, h200/NOTES.md §6). The register-pipelined
   // kernel on 16-row chunks took the two-pass time at bf16 4096 (§23).
   if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
-    if (Experiment("ln1pack") && elem_size == 2 && n > int64_t{256} * vec) {
-      RowPlan k{RowTier::kCta, vec, 0, n <= int64_t{512} * vec ? 512 : 1024, 0, 1};
-      k.stages = kFusedSumStages;
-      return chunked(k, kStagedChunkRows);
-    }
     RowPlan k = two_packs(threads);
     k.stages = kFusedSumStages;
     return chunked(k, kStagedChunkRows);
@@ -541,23 +530,20 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
     return one_sum(k);
   }
-  // 4-pack groups (rows of up to 32 lanes x 4 packs): the fused step took 0.75-0.84x the
-  // two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md §18). fp32 rows of
-  // up to 64, which the table puts on 4-lane groups, run on 8-lane groups here: the tier
-  // sweep timed that configuration at 0.72-0.79x the two-pass 4-lane step at 64 (H100,
-  // benchmarks/results/h100/tier_sweep/, NOTES.md §20).
+  // 4-pack groups (rows of up to 32 lanes x 4 packs), on the table's lanes, so that dx comes out
+  // the same bits whether or not the parameter gradients are asked for: the fused step took
+  // 0.75-0.84x the two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md
+  // §18); aligned fp32 rows of 32 / 64 on the table's 4 lanes 0.66-0.81x, and 0.95-1.00x the
+  // time of 8-lane groups (H100, NOTES.md §47).
   // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Rows
   // in phase: a CTA's rows are one chunk of one class, as its groups share its copy of the
   // parameters (filled for the class's head); a lane owns at most one head and one tail scalar
-  // (groups of at least a pack's width). Not rows in phase that the table puts on groups
-  // narrower than 8 lanes (fp32 rows of up to 64): the two-pass backward runs them on the
-  // table's groups, so dx comes out the same bits whether or not the parameter gradients are
-  // asked for, as it does for every other row in phase.
-  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs) {
-    RowPlan group = plan;
-    if (Experiment("group8") && whole) group.width = std::max(plan.width, 8);
-    const int per_cta = kGroupCtaThreads / group.width * kFusedGroupRows;
-    return chunked(group, per_cta);
+  // (groups of at least a pack's width). Not rows in phase on groups narrower than 8 lanes
+  // (fp32 rows of up to 64): fused on their 4 lanes, the step took 1.14-1.24x the two-pass
+  // one (33 and 61 elements, NOTES.md §47).
+  if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && (whole || plan.width >= 8)) {
+    const int per_cta = kGroupCtaThreads / plan.width * kFusedGroupRows;
+    return chunked(plan, per_cta);
   }
   return std::nullopt;
 }

@@ -333,9 +333,8 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
 // the pipelined kernel 116 registers (2 CTAs of 256 per SM, no more rows in flight than
 // before); the launch bound keeps 768 threads per SM (80 registers), 512 (128 registers) with
 // three inputs or two sums (add_rms_norm, layer_norm: 80 registers spilled 64-144 bytes).
-template <class Op, class Args, int kVecs = kFusedSumVecs>
+template <class Op, class Args>
 constexpr int PipelinedSumThreads() {
-  if (kVecs == 1) return 1024;  // EXPERIMENT ln1pack
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
 }
 // The kernels running one row at a time (4 packs) keep at least 512 threads per SM (two CTAs
@@ -436,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // and the per-row geometry), and run at 58-67% of DRAM peak against 75-82% (NOTES.md §45).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
           bool kAligned = true>
-__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args, kVecs>() / kThreads)
+__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
@@ -474,10 +473,10 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args, kVecs>
   } else {
     const PhasedChunks<kVec> pc(args.rows, kRows);
     const int64_t units = (pc.chunks - first + step - 1) / step * kRows;
-    // the chunks of the units staged, of those run, and of the unit after the one run, whose
-    // scalars load while it runs (unit u: row u % kRows of chunk u / kRows)
-    PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step),
-        ahead(pc, first, step);
+    // the chunks of the units staged and of those run (unit u: row u % kRows of chunk u / kRows;
+    // the next unit's, whose scalars load while one runs, from a copy of `running`: a third
+    // cursor took the fp32 kernels from 96-108 registers to 120-124, NOTES.md §47)
+    PhasedChunkCursor<kVec> staged(pc, first, step), running(pc, first, step);
     const auto row_of = [](const PhasedChunkCursor<kVec>& at, int64_t u) {
       return at.First() + kVec * (u % kRows);
     };
@@ -498,8 +497,9 @@ __global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args, kVecs>
           const int64_t q = running.q;
           const int64_t row = row_of(running, u);
           const typename Row::Scalars mine = scalars;
-          ahead.Seek((u + 1) / kRows);
-          const int64_t next_row = row_of(ahead, u + 1);
+          PhasedChunkCursor<kVec> next = running;
+          next.Seek((u + 1) / kRows);
+          const int64_t next_row = row_of(next, u + 1);
           scalars = Row::LoadScalars(team, args, next_row, u + 1 < units && next_row < args.rows);
           if (row < args.rows) {
             if (q != filled) {
@@ -649,13 +649,11 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
   // The chunk's rows first, first + kStep, ... (kRows·G of them), of geometry `geo`.
   constexpr int64_t kStep = kAligned ? 1 : kVec;
   constexpr int64_t kChunkRows = int64_t{kRows} * kGroups;
+  const PhasedChunks<kVec> pc(args.rows, kChunkRows);  // (rows in phase)
   int64_t first = chunk * kChunkRows;
-  int64_t chunks = (args.rows + kChunkRows - 1) / kChunkRows;
   RowGeometry<typename Args::InElem, kVec> geo{0, args.n / kVec, 0};
   if constexpr (!kAligned) {
-    const PhasedChunks<kVec> pc(args.rows, kChunkRows);
     first = pc.First(chunk);
-    chunks = pc.chunks;
     geo = GeometryOfClass(args, pc.Class(chunk));
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
@@ -668,6 +666,8 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
                                                                    &params);
     op(r, sums_of_rows);
   }
+  // (after the rows: computed before them, it took an aligned kernel from 72 to 80 registers)
+  const int64_t chunks = kAligned ? (args.rows + kChunkRows - 1) / kChunkRows : pc.chunks;
   if constexpr (!kAligned) {  // read after GroupsWriteSums's barriers
     GroupsWriteScalars<Acc, Op::kColumnSums, kWidth, kCtaThreads>{scalar_exchange}.Put(
         phased, group, team.rank);
