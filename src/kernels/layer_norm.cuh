@@ -164,15 +164,17 @@ struct LayerNormBwdOp {
         params);
     const Acc mean_g = s[0] / n;
     const Acc c = r * r * s[1] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
-    // dx, and (fused kernels) the column sums (dy⊙ŷ, dy)
-    StoreWithColumns(
+    StoreWith(
         row,
         [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* w) {
           return r * (MulRn(v[1], w[0]) - mean_g - (v[0] - mu) * c);
         },
-        params,
-        [mu, r](const Acc* v, int64_t) { return Array<Acc, 2>{{v[1] * (v[0] - mu) * r, v[1]}}; },
-        sums);
+        params);
+    if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
+      row.AddColumns(
+          [mu, r](const Acc* v, int64_t) { return Array<Acc, 2>{{v[1] * (v[0] - mu) * r, v[1]}}; },
+          sums);
+    }
   }
 };
 

@@ -93,9 +93,8 @@
 // forwards, ClusterParamRowKernel) instead of reading them again in every row.
 //
 // kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
-// sums over its rows with its last store, StoreWithColumns(row, f, ps, h, sums) (row_ops.h;
-// h(x, col) -> Array<Acc, K>; fused parameter gradients, where the tier supports it; `sums` is
-// a NoColumnSums* elsewhere), and
+// sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
+// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere), and
 // `ColumnParams()`, the ParamList its body reads with ReduceWith and StoreWith: the fused
 // kernels read those parameters once per CTA into shared memory (ParamCache, row_views.cuh),
 // and their rows hand them to ReduceWith and StoreWith from there.

@@ -175,16 +175,4 @@ ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const PS& ps) {
   }
 }
 
-// StoreWith(row, f, ps), then, where the kernel keeps column sums (the fused parameter-gradient
-// kernels: Sums is not NoColumnSums), row.AddColumns(h, sums): in one pass over the row where
-// the row view can (CachedRow::StoreWithColumns), with the same bits as the two calls.
-template <class Row, class F, class PS, class H, class Sums>
-ROWNORM_HOST_DEVICE void StoreWithColumns(Row& row, F f, const PS& ps, H h, Sums* sums) {
-  if constexpr (std::is_same_v<Sums, NoColumnSums>) {
-    StoreWith(row, f, ps);
-  } else {
-    row.StoreWithColumns(f, ps, h, sums);
-  }
-}
-
 }  // namespace rownorm

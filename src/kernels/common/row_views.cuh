@@ -855,51 +855,6 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     }
   }
 
-  // StoreWith(f, ps), then AddColumns(h, sums), in one pass over the packs (StoreWithColumns in
-  // row_ops.h): each pack's inputs are converted and its values computed once for both, where
-  // the two calls convert them twice (and ptxas, short of registers, computed x - mu again:
-  // layer_norm's staged backward executed 35.6 instructions an element, bf16 8192, NOTES.md
-  // §47). The same operations in the same order, so the same bits as the two calls.
-  template <typename F, class PS, typename H, class Sums>
-  ROWNORM_DEVICE void StoreWithColumns(F f, const PS& ps, H h, Sums* sums) {
-    if constexpr (Args::kMixed || !kParamsCached) {
-      Base::StoreWith(f, ps);
-      AddColumns(h, sums);
-    } else {
-      if (sums == nullptr) return Base::StoreWith(f, ps);
-      constexpr int K = PS::kCount;
-      constexpr int kK = Sums::kCount;
-      using TOut = typename Base::TOut;
-      TOut* out = this->out_[0];
-      ForEachPack([&](int k, const InPacks& p, int64_t col0) {
-        Acc pv[K][kVec];
-        ParamPack<false>(ps, k, col0, pv);
-        Pack<TOut, kVec> o;
-        Acc a[kK][kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          Acc x[kIn];
-#pragma unroll
-          for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-          Acc pe[K];
-#pragma unroll
-          for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
-          o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
-          const Array<Acc, kK> v = h(static_cast<const Acc*>(x), col0 + e);
-#pragma unroll
-          for (int j = 0; j < kK; ++j) a[j][e] = v[j];
-        }
-        o.Store(out + col0);
-        sums->Add(k, team_.ThreadRank(), a);
-      });
-      const auto g = WithParams<Acc>(f, ps);
-      this->ForEachScalar([&](const Acc* x, int64_t col) {
-        out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
-      });
-      AddScalarColumns(h, sums);
-    }
-  }
-
   // sums[j][col] += f(x, col)[j] over this row when the kernel accumulates column sums
   // (the *RowSumsKernel: ColumnSums in registers or SharedColumnSums); a no-op otherwise. Rows
   // of one geometry: a pack's sums by the thread's pack index, and (not kAligned) the head
@@ -921,11 +876,6 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
       }
       sums->Add(k, team_.ThreadRank(), a);
     });
-    AddScalarColumns(f, sums);
-  }
-  // AddColumns's head and tail scalars (rows that are not aligned).
-  template <typename F, class Sums>
-  ROWNORM_DEVICE void AddScalarColumns(F f, Sums* sums) {
     if constexpr (!kAligned) {
       Acc x[kIn];
       if (own_.head_col >= 0) {
