@@ -731,13 +731,13 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
 // The staged fused-sum kernel of a kThreads x kVecs configuration (kAligned false: rows in
 // phase), its shared memory, and how many of its CTAs the device holds at once (0: none fits;
 // CtaRowSumsKernel runs the same chunks instead).
-template <class Op, class Args, int kThreads, int kVecs, bool kAligned = true,
-          int kStages = kFusedSumStages>
-constexpr auto StagedSumKernel = CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
-                                                        kStagedChunkRows, kStages, kAligned>;
-template <class Args, int kThreads, int kVecs, int kStages = kFusedSumStages>
+template <class Op, class Args, int kThreads, int kVecs, bool kAligned = true>
+constexpr auto StagedSumKernel =
+    CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kStagedChunkRows,
+                           kFusedSumStages, kAligned>;
+template <class Args, int kThreads, int kVecs>
 constexpr size_t StagedSumBytes() {
-  return kStages * sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
+  return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
 }
 // Whether PlanFusedSums plans the staged kernel on 512 threads x kCtaVecs packs for these
 // operands (fp32 only: plan.h).
@@ -760,10 +760,6 @@ cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
       return ResidentCtas<StagedSumKernel<Op, Args, 256, kFusedSumVecs, kAligned>,
                           StagedSumBytes<Args, 256, kFusedSumVecs>()>(256, ctas);
     case 512:
-      if (k.stages == 3) {  // EXPERIMENT stages3
-        return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs, kAligned, 3>,
-                            StagedSumBytes<Args, 512, kFusedSumVecs, 3>()>(512, ctas);
-      }
       return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs, kAligned>,
                           StagedSumBytes<Args, 512, kFusedSumVecs>()>(512, ctas);
   }
@@ -964,16 +960,6 @@ template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
 cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
                                   AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
-  if constexpr (kThreads == 512 && kVecs == kFusedSumVecs) {  // EXPERIMENT stages3
-    if (plan.kernel.stages == 3) {
-      bool launched = false;
-      const cudaError_t err =
-          LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned, 3>,
-                           StagedSumBytes<Args, kThreads, kVecs, 3>()>(
-              plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
-      if (err != cudaSuccess || launched) return err;
-    }
-  }
   if (plan.kernel.stages == kFusedSumStages) {
     bool launched = false;
     const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned>,

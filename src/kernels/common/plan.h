@@ -93,12 +93,6 @@ inline bool ParamGradsTwoPass() {
   return false;
 }
 
-// EXPERIMENT (not for main): ROWNORM_EXPERIMENT holds names of plan variants to A/B in one build.
-inline bool Experiment(const char* name) {
-  const char* v = std::getenv("ROWNORM_EXPERIMENT");
-  return v != nullptr && std::strstr(v, name) != nullptr;
-}
-
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -506,7 +500,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // kernel on 16-row chunks took the two-pass time at bf16 4096 (§23).
   if (column_sums == 2 && (cta || wide_group) && n <= int64_t{512} * kFusedSumVecs * vec) {
     RowPlan k = two_packs(threads);
-    k.stages = Experiment("stages3") && threads == 512 ? 3 : kFusedSumStages;
+    k.stages = kFusedSumStages;
     return chunked(k, kStagedChunkRows);
   }
   // Two sums, fp32 rows of 512 threads x 4 packs (4097-8192): the same staged kernel, one CTA
