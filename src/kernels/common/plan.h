@@ -533,7 +533,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // 4-pack groups (rows of up to 32 lanes x 4 packs), on the table's lanes, so that dx comes out
   // the same bits whether or not the parameter gradients are asked for: the fused step took
   // 0.75-0.84x the two-pass one at 256 16-bit / 128 fp32 elements (8-lane groups; NOTES.md
-  // §18); aligned fp32 rows of 32 / 64 on the table's 4 lanes 0.66-0.81x, and 0.95-1.00x the
+  // §18); aligned fp32 rows of 32 / 64 on the table's 4 lanes 0.64-0.81x, and 0.95-1.00x the
   // time of 8-lane groups (H100, NOTES.md §47).
   // A CTA's groups add their sums into one partial of its kFusedGroupRows x groups rows. Rows
   // in phase: a CTA's rows are one chunk of one class, as its groups share its copy of the
