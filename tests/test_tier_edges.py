@@ -407,6 +407,47 @@ def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
 
 
 @cuda_only
+@pytest.mark.parametrize("param_dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cta_held_three_per_sm(param_dtype):
+    """The 512-thread x 4-pack CTA of the layer_norm and rms_norm forwards (16-bit rows of
+    8193-16384) held to three CTAs per SM (CtaRowKernelBounded) where the device then holds
+    more of them than of the plain kernel and the held kernel does not spill past
+    kMaxHeldLocalBytes: layer_norm's aligned rows (ctas_per_sm=3), not its odd ones (their held
+    kernel spills), not its backward. Against the float64 reference, with parameters of x's
+    dtype and float32 ones, more rows than the device holds CTAs."""
+    import rownorm
+
+    rows = 3 * 3 * torch.cuda.get_device_properties(0).multi_processor_count + 5
+    for n in (8704, 12288, 12289, 16384):
+        x = scaled_rows(rows, n, torch.bfloat16, "cuda")
+        g = torch.Generator(device="cuda").manual_seed(n)
+        w = torch.randn(n, device="cuda", dtype=param_dtype, generator=g)
+        b = torch.randn(n, device="cuda", dtype=param_dtype, generator=g)
+        plan = rownorm.explain(x, "layer_norm")
+        assert (plan.tier, plan.threads, plan.packs) == ("cta", 512, 4), plan.raw
+        if torch.cuda.get_device_capability()[0] == 9:  # the registers ptxas gave sm_90
+            assert plan.ctas_per_sm == (3 if n % 8 == 0 else None), plan.raw
+            assert ("3 CTAs per SM" in str(plan)) == (n % 8 == 0)
+        assert rownorm.explain(x, "layer_norm", backward=True).ctas_per_sm is None
+        xd = x.double()
+        with torch.no_grad():
+            outs = {
+                "layer_norm": (
+                    rownorm.layer_norm(x, w, b, eps=1e-5),
+                    torch.nn.functional.layer_norm(xd, (n,), w.double(), b.double(), 1e-5),
+                ),
+                "rms_norm": (
+                    rownorm.rms_norm(x, w, eps=1e-6),
+                    torch.nn.functional.rms_norm(xd, (n,), w.double(), 1e-6),
+                ),
+            }
+        for op, (got, want) in outs.items():
+            assert got.dtype == torch.bfloat16, (op, got.dtype)
+            msg = f"{op} N={n} params {param_dtype}"
+            torch.testing.assert_close(got.double(), want, rtol=1.6e-2, atol=1e-2, msg=msg)
+
+
+@cuda_only
 def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
     """ROWNORM_CLUSTER_ROWS other than registers / shared / params is ignored (the plan and the
     bits of the unset choice), said once on stderr."""

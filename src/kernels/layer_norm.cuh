@@ -81,8 +81,18 @@ struct LayerNormFwdOp {
   const W* weight;  // (n,) or nullptr
   const W* bias;    // (n,) or nullptr
   Acc* stats;       // (rows, 2): (μ, r) per row for the backward, or nullptr
-  // 16-bit rows only: the float32 kernel spills at 64 registers (op_traits.h)
-  static constexpr bool kWideCtaTwoPerSm = sizeof(T) == 2;
+  // The CTA held to fewer registers (op_traits.h): the wide CTA two per SM, 16-bit rows only (the
+  // float32 kernel spills at 64 registers); the 512 x 4 CTA three per SM (ptxas alone: 49-64,
+  // two). H100, forward, time held ÷ plain: bf16 8704 / 9216 / 10240 / 12288 / 14336 / 16384
+  // 0.82 / 0.83 / 0.88 / 0.93 / 0.98 / 0.99 (to 89-96% of copy), with float32 weight and bias
+  // 9216 / 12288 / 16384 0.83 / 0.89 / 0.96; fp32 6143 0.985, the aligned fp32 rows held three
+  // alone (benchmarks/results/h100/NOTES.md §48). Rows whose held kernel spills past
+  // dispatch.cuh's kMaxHeldLocalBytes (16-bit ones not 16-byte aligned) run the plain one.
+  static constexpr int CtaCtasPerSm(int threads, int packs) {
+    if (threads != 512) return 0;
+    if (packs == 4) return 3;
+    return packs == 8 && sizeof(T) == 2 ? 2 : 0;
+  }
   // Cluster rows held to 64 registers (op_traits.h): 16-bit rows on 256 threads four CTAs per SM
   // (ptxas alone: 80 registers, three; held, 6-24 bytes spilled), float32 rows on 512 two (87,
   // one). H100, forward, time ÷ main's plan: bf16 65535 / 65536 / 131072 0.941 / 0.962 / 0.968

@@ -68,6 +68,14 @@ struct RmsNormFwdOp {
   // main's plan: bf16 65535 / 65536 / 131072 0.978 / 0.982 / 0.974 (to 90 / 95 / 94% of copy),
   // fp32 32768 0.982. benchmarks/results/h100/NOTES.md §42.
   static constexpr int ClusterCtasPerSm(int, int threads, int) { return threads == 256 ? 4 : 0; }
+  // The 512 x 4 CTA held to three per SM (op_traits.h), where ptxas alone allocates for two
+  // (16-bit rows with a float32 weight, 50-52 registers; rows not 16-byte aligned). H100,
+  // forward, time held ÷ plain: bf16 with a float32 weight 9216 / 12288 / 16384 0.91 / 0.97 /
+  // 0.99, fp32 6143 0.955 (benchmarks/results/h100/NOTES.md §48); 16-bit rows not aligned spill
+  // past dispatch.cuh's kMaxHeldLocalBytes and run the plain kernel.
+  static constexpr int CtaCtasPerSm(int threads, int packs) {
+    return threads == 512 && packs == 4 ? 3 : 0;
+  }
   Acc eps;
   const W* weight;  // (n,) or nullptr
   RmsNormScale<T, Acc> scale;

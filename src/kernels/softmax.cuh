@@ -78,8 +78,11 @@ ROWNORM_DEVICE Array<Acc, 2> SliceSoftmaxStats(Row& row) {
 template <typename T, typename Acc>
 struct SoftmaxFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;                   // x
-  static constexpr bool kWideCtaTwoPerSm = true;  // op_traits.h
+  static constexpr int kIn = 1;  // x
+  // The wide CTA two per SM (op_traits.h)
+  static constexpr int CtaCtasPerSm(int threads, int packs) {
+    return threads == 512 && packs == 8 ? 2 : 0;
+  }
   // Cluster rows held to 64 registers, four CTAs per SM as l2_normalize's (op_traits.h; ptxas
   // alone gives 72-76, three per SM). H100, forward, time held ÷ alone: bf16 65536 / 131072
   // 0.959 / 0.887 (4 / 8 CTAs), 40000 0.868, log_softmax 131072 0.912, fp32 65536 0.972; 16-CTA

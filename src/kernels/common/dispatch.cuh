@@ -425,12 +425,34 @@ cudaError_t KeptRowsInFlight(const RowPlan& plan, bool aligned, int* rows) {
   });
 }
 
-// The wide CTA held to two per SM (CtaRowKernel2PerSm), for ops of one input with
-// OpTraits::kWideCtaTwoPerSm.
+// How many CTAs per SM the CTA tier's rows of kThreads x kVecs are held to (CtaRowKernelBounded,
+// OpTraits::CtaCtasPerSm), for ops of one input; 0: no such kernel.
 template <class Op, class Args, int kThreads, int kVecs>
-constexpr bool WideTwoPerSmExists() {
-  return OpTraits<Op>::kWideCtaTwoPerSm && OpTraits<Op>::kWideCta && Args::kNumIn == 1 &&
-         kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
+constexpr int CtaHeldCtas() {
+  return Args::kNumIn == 1 ? OpTraits<Op>::CtaCtasPerSm(kThreads, kVecs) : 0;
+}
+
+// A held kernel whose registers spill more than kMaxHeldLocalBytes a thread (its local memory,
+// as the driver reports it) is not run: the spills' traffic costs more than the rows gained in
+// flight. H100, forward, time held ÷ plain, the 512 x 4 CTA held to three per SM
+// (benchmarks/results/h100/NOTES.md §48): 16-bit layer_norm on rows not 16-byte aligned (40-56
+// bytes) 1.11-1.34, rms_norm (48) 1.005-1.018; fp32 ones (8-24 bytes) 0.955-0.985. The wide
+// CTA's rows not aligned hold 8-24 (two per SM, op_traits.h).
+constexpr size_t kMaxHeldLocalBytes = 32;
+
+// The local memory a thread of kKernel takes (its spilled registers), read once per device.
+template <auto kKernel>
+cudaError_t KernelLocalBytes(size_t* bytes) {
+  static PerDevice<size_t> cache;
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cache.Get(device, bytes, [](int, size_t* out) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kKernel);
+    *out = attr.localSizeBytes;
+    return e;
+  });
 }
 
 // The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
@@ -459,20 +481,21 @@ constexpr bool CtaParamsExist() {
 template <class Op, class Args, int kThreads, int kVecs>
 constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
 
-// How many CTAs of the wide CTA's kernels of `Op` the device holds at once: CtaRowKernel
-// (*plain), CtaRowKernel2PerSm (*two; 0 where the op has none), both those LaunchCtaRow runs
-// for rows `aligned` or not, and CtaParamRowKernel (*kept; 0 where the op has none).
-template <class Op, class Args, bool kAligned>
-cudaError_t WideCtaResidency(int* plain, int* two, int* kept) {
-  constexpr int kT = kWideCtaThreads;
-  constexpr int kV = kWideCtaVecs;
+// How many CTAs of the CTA tier's kernels of `Op` for rows of kT x kV the device holds at once:
+// CtaRowKernel (*plain), CtaRowKernelBounded (*held; 0 where the op has none or it spills past
+// kMaxHeldLocalBytes), both those LaunchCtaRow runs for rows `aligned` or not, and
+// CtaParamRowKernel (*kept; 0 where the op has none).
+template <class Op, class Args, int kT, int kV, bool kAligned>
+cudaError_t CtaResidency(int* plain, int* held, int* kept) {
   constexpr int kVec = Args::kPackWidth;
-  *two = *kept = 0;
+  constexpr int kHeld = CtaHeldCtas<Op, Args, kT, kV>();
+  *held = *kept = 0;
   cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, plain);
-  if constexpr (WideTwoPerSmExists<Op, Args, kT, kV>()) {
-    if (err == cudaSuccess) {
-      err = ResidentCtas<CtaRowKernel2PerSm<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, two);
-    }
+  if constexpr (kHeld > 0) {
+    constexpr auto kKernel = CtaRowKernelBounded<Op, Args, kVec, kV, kT, kAligned, kHeld>;
+    size_t local = 0;
+    if (err == cudaSuccess) err = KernelLocalBytes<kKernel>(&local);
+    if (err == cudaSuccess && local <= kMaxHeldLocalBytes) err = ResidentCtas<kKernel, 0>(kT, held);
   }
   if constexpr (CtaParamsExist<Op, Args, kT, kV>()) {
     if (err == cudaSuccess) {
@@ -481,6 +504,32 @@ cudaError_t WideCtaResidency(int* plain, int* two, int* kept) {
     }
   }
   return err;
+}
+
+// The launcher's choices for the CTA tier's rows of kT x kV (`plan`), where the op has a held or
+// a kept-parameter kernel for them: held where the device holds more of those CTAs than of the
+// plain kernel. Forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth per SM
+// where that measured faster, if the device holds as many CTAs of that kernel as of the one
+// that reads them per row (ties: the fewer bytes).
+template <class Op, class Args, int kT, int kV>
+cudaError_t PlanCtaKernel(bool aligned, const DeviceInfo& dev, RowPlan* plan) {
+  constexpr int kHeld = CtaHeldCtas<Op, Args, kT, kV>();
+  if constexpr (kHeld > 0 || CtaParamsExist<Op, Args, kT, kV>()) {
+    int plain = 0, held = 0, kept = 0;
+    const cudaError_t err = aligned ? CtaResidency<Op, Args, kT, kV, true>(&plain, &held, &kept)
+                                    : CtaResidency<Op, Args, kT, kV, false>(&plain, &held, &kept);
+    if (err != cudaSuccess) return err;
+    if (held > plain) plan->ctas_per_sm = kHeld;
+    const std::optional<ClusterKind> forced = ForcedClusterKind();
+    const bool asked = forced == ClusterKind::kParams ||
+                       (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
+    if (asked && kept > 0 && aligned &&
+        (forced == ClusterKind::kParams || kept >= std::max(plain, held))) {
+      plan->params_once = true;
+      plan->ctas_per_sm = 0;
+    }
+  }
+  return cudaSuccess;
 }
 
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
@@ -535,29 +584,11 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         *plan = StreamingPlan(plan->vec);
       }
     }
-    constexpr bool kTwo = WideTwoPerSmExists<Op, Args, kWideCtaThreads, kWideCtaVecs>();
-    constexpr bool kKept = CtaParamsExist<Op, Args, kWideCtaThreads, kWideCtaVecs>();
-    if constexpr (kTwo || kKept) {
-      if (plan->tier == RowTier::kCta && plan->threads == kWideCtaThreads &&
-          plan->packs == kWideCtaVecs) {
-        // The wide CTA: two per SM where the device holds more of those than of the plain
-        // kernel. Forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth per
-        // SM where that measured faster, if the device holds as many CTAs of that kernel as of
-        // the one that reads them per row (ties: the fewer bytes).
-        int plain = 0, two = 0, kept = 0;
-        err = aligned ? WideCtaResidency<Op, Args, true>(&plain, &two, &kept)
-                      : WideCtaResidency<Op, Args, false>(&plain, &two, &kept);
-        if (err != cudaSuccess) return err;
-        plan->two_per_sm = two > plain;
-        const std::optional<ClusterKind> forced = ForcedClusterKind();
-        const bool asked = forced == ClusterKind::kParams ||
-                           (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
-        if (asked && kept > 0 && aligned &&
-            (forced == ClusterKind::kParams || kept >= std::max(plain, two))) {
-          plan->params_once = true;
-          plan->two_per_sm = false;
-        }
-      }
+    if (plan->tier == RowTier::kCta && plan->threads == 512) {
+      err = plan->packs == kWideCtaVecs
+                ? PlanCtaKernel<Op, Args, kWideCtaThreads, kWideCtaVecs>(aligned, dev, plan)
+                : PlanCtaKernel<Op, Args, 512, kCtaVecs>(aligned, dev, plan);
+      if (err != cudaSuccess) return err;
     }
   }
   return cudaSuccess;
@@ -641,14 +672,15 @@ cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
 template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
 cudaError_t LaunchCtaRows(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
-  if constexpr (WideTwoPerSmExists<Op, Args, kThreads, kVecs>()) {
-    if (plan.two_per_sm) {
-      CtaRowKernel2PerSm<Op, Args, kVec, kVecs, kThreads, kAligned>
+  constexpr int kHeld = CtaHeldCtas<Op, Args, kThreads, kVecs>();
+  if constexpr (kHeld > 0) {
+    if (plan.ctas_per_sm == kHeld) {
+      CtaRowKernelBounded<Op, Args, kVec, kVecs, kThreads, kAligned, kHeld>
           <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
       return cudaGetLastError();
     }
   }
-  if (plan.two_per_sm) return cudaErrorInvalidConfiguration;
+  if (plan.ctas_per_sm != 0) return cudaErrorInvalidConfiguration;
   CtaRowKernel<Op, Args, kVec, kVecs, kThreads, kAligned>
       <<<GridFor(a.rows), kThreads, 0, stream>>>(a, op);
   return cudaGetLastError();

@@ -10,7 +10,8 @@
 //     static constexpr int kOut = 1;         // optional, default 1: row-shaped outputs
 //     static constexpr bool kWideCta;        // optional, default true (see below)
 //     static constexpr int kColumnSums;      // optional, default 0 (see below)
-//     static constexpr bool kWideCtaTwoPerSm;  // optional, default false (see below)
+//     static constexpr int CtaCtasPerSm(int threads, int packs);  // optional, default 0
+//                                            // (see below)
 //     static constexpr int kClusterPacks;    // optional, default 8 (see below)
 //     static constexpr int kWideClusterPacks;  // optional, default kClusterPacks (see below)
 //     static constexpr int ClusterCtasPerSm(int cluster, int threads, int packs);  // optional,
@@ -64,15 +65,19 @@
 // rows run 16 CTAs of 256 x 8 packs and the wide cluster as other ops do (add_rms_norm's
 // forward, whose kept-parameter rows there beat 16 CTAs of 512 x 4: kernels/rms_norm.cuh).
 //
-// kWideCtaTwoPerSm = true (ops of one input): the wide CTA (512 threads x 8 packs) runs held to
-// 64 registers a thread, two CTAs per SM (CtaRowKernel2PerSm, tier_kernels.cuh), where the
-// device holds more of those than of the plain kernel: the other CTA's loads are in flight
-// while one waits at its barriers. On the H100 that took softmax / log_softmax bf16 32768 and
-// 24576 and fp32 16384 0.88-0.95x the time (from 85-92% of copy to 97-98%; it replaced their
-// rows prefetched into shared memory), and 16-bit layer_norm 0.93-0.96x; rms_norm, l2 bf16
-// within 1%, and float32 layer_norm 1.05x at 16384 (its kernel spills at 64 registers):
-// benchmarks/results/h100/NOTES.md §35. The cluster tier keeps rows in flight its own way
-// (dispatch.cuh's ClusterKind), for every op.
+// CtaCtasPerSm(threads, packs) = c > 0 (ops of one input): the CTA tier's rows of `threads` x
+// `packs` run held to the registers of c CTAs per SM (CtaRowKernelBounded, tier_kernels.cuh),
+// where the device holds more of those than of the plain kernel (dispatch.cuh's PlanRowOp): the
+// other CTAs' loads are in flight while one waits at its barriers. The wide CTA (512 x 8) held
+// to two: on the H100 that took softmax / log_softmax bf16 32768 and 24576 and fp32 16384
+// 0.88-0.95x the time (from 85-92% of copy to 97-98%; it replaced their rows prefetched into
+// shared memory), and 16-bit layer_norm 0.93-0.96x; rms_norm, l2 bf16 within 1%, and float32
+// layer_norm 1.05x at 16384 (its kernel spills at 64 registers): benchmarks/results/h100/
+// NOTES.md §35. The 512 x 4 CTA held to three: layer_norm's and rms_norm's forwards
+// (kernels/layer_norm.cuh, rms_norm.cuh; 16-bit layer_norm at 8704-12288 from 73-89% of copy to
+// 89-96%, NOTES.md §48). A held kernel that spills past dispatch.cuh's kMaxHeldLocalBytes is
+// not run. The cluster tier keeps rows in flight its own way (dispatch.cuh's ClusterKind),
+// for every op.
 //
 // ClusterCtasPerSm(cluster, threads, packs) = c > 0: the cluster tier's register rows of
 // `cluster` CTAs of `threads` x `packs` (ClusterRowKernel) run held to the registers of c CTAs
@@ -125,11 +130,6 @@ struct WideCta : std::true_type {};
 template <class Op>
 struct WideCta<Op, std::void_t<decltype(Op::kWideCta)>> : std::bool_constant<Op::kWideCta> {};
 template <class Op, class = void>
-struct WideCtaTwoPerSm : std::false_type {};
-template <class Op>
-struct WideCtaTwoPerSm<Op, std::void_t<decltype(Op::kWideCtaTwoPerSm)>>
-    : std::bool_constant<Op::kWideCtaTwoPerSm> {};
-template <class Op, class = void>
 struct ClusterPacks : std::integral_constant<int, 8> {};
 template <class Op>
 struct ClusterPacks<Op, std::void_t<decltype(Op::kClusterPacks)>>
@@ -145,6 +145,10 @@ template <class Op>
 using ClusterCtasPerSmOf = decltype(Op::ClusterCtasPerSm(0, 0, 0));
 template <class Op>
 struct HasClusterCtasPerSm<Op, std::void_t<ClusterCtasPerSmOf<Op>>> : std::true_type {};
+template <class Op, class = void>
+struct HasCtaCtasPerSm : std::false_type {};
+template <class Op>
+struct HasCtaCtasPerSm<Op, std::void_t<decltype(Op::CtaCtasPerSm(0, 0))>> : std::true_type {};
 template <class Op, class = void>
 struct NarrowingsOf {
   using type = NoNarrowing;
@@ -172,11 +176,17 @@ struct OpTraits {
   static constexpr bool kWideCta = op_traits_detail::WideCta<Op>::value;
   static constexpr int kColumnSums = op_traits_detail::ColumnSumCount<Op>::value;
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
-  static constexpr bool kWideCtaTwoPerSm = op_traits_detail::WideCtaTwoPerSm<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
   static constexpr int kWideClusterPacks = op_traits_detail::WideClusterPacks<Op>::value;
   static_assert(kWideClusterPacks == kClusterPacks || kWideClusterPacks == 8,
                 "the 4-pack rows of the wide cluster follow those of 256 threads");
+  static constexpr int CtaCtasPerSm(int threads, int packs) {
+    if constexpr (op_traits_detail::HasCtaCtasPerSm<Op>::value) {
+      return Op::CtaCtasPerSm(threads, packs);
+    } else {
+      return 0;
+    }
+  }
   static constexpr int ClusterCtasPerSm(int cluster, int threads, int packs) {
     if constexpr (op_traits_detail::HasClusterCtasPerSm<Op>::value) {
       return Op::ClusterCtasPerSm(cluster, threads, packs);

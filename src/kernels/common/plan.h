@@ -110,8 +110,8 @@ struct RowPlan {
   bool params_once = false;  // the parameters read once per CTA: the CTA and cluster tiers'
                              // forwards (the launcher's choice), SliceRowSumsKernel
                              // (PlanFusedSums)
-  bool two_per_sm = false;   // the wide CTA held to 64 registers, two per SM (the launcher's
-                             // choice: OpTraits::kWideCtaTwoPerSm)
+  int ctas_per_sm = 0;       // kCta: held to the registers of that many CTAs per SM (the launcher's
+                             // choice: OpTraits::CtaCtasPerSm); 0: as ptxas allocates
 };
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
@@ -696,7 +696,7 @@ inline std::string Describe(const RowPlan& p) {
   if (p.tier != RowTier::kStreaming) s += " packs=" + std::to_string(p.packs);
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   if (p.params_once) s += " params=once";
-  if (p.two_per_sm) s += " ctas_per_sm=2";
+  if (p.ctas_per_sm > 0) s += " ctas_per_sm=" + std::to_string(p.ctas_per_sm);
   return s;
 }
 

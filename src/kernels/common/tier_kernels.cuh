@@ -92,14 +92,13 @@ __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const 
   CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned>(args, op);
 }
 
-// The wide CTA (512 threads x 8 packs) held to 64 registers a thread, so that two share an SM:
-// one CTA alone on its SM leaves the SM's memory idle from the row's first barrier to its
-// stores, where the other CTA's loads are now in flight (ops with OpTraits::kWideCtaTwoPerSm,
-// where that measured faster; the row is 32 registers of packs). A second kernel, not a bound
-// on CtaRowKernel, whose other configurations keep ptxas's own choice (see
-// ClusterRowKernel2PerSm).
-template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned>
-__global__ void __launch_bounds__(kThreads, 2) CtaRowKernel2PerSm(const Args args, const Op op) {
+// The CTA tier held to the registers of kCtasPerSm CTAs per SM (OpTraits::CtaCtasPerSm): one
+// CTA waiting at its row's barriers leaves the SM's memory idle unless the others' loads are in
+// flight. A second kernel, not a bound on CtaRowKernel, whose other configurations keep
+// ptxas's own choice (see ClusterRowKernelBounded).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned, int kCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    CtaRowKernelBounded(const Args args, const Op op) {
   CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned>(args, op);
 }
 
