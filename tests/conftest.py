@@ -12,7 +12,10 @@ of random examples, for a run on a GPU machine: ``ROWNORM_FUZZ_EXAMPLES`` per te
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+import time
 import zlib
 
 import pytest
@@ -86,9 +89,64 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
     config.addinivalue_line(
         "markers",
+        "gpu_heavy: needs up to ~20 GiB of device memory at its peak (at most "
+        "ROWNORM_TEST_HEAVY_SLOTS such tests run at a time across pytest-xdist's workers)",
+    )
+    config.addinivalue_line(
+        "markers",
         "streams: runs ops on several CUDA streams (scripts/gpu_check.sh runs these tests "
         "under PyTorch's CUDA stream sanitizer, TORCH_CUDA_SANITIZER=1)",
     )
+
+
+# Tests marked `gpu_heavy` (parameter-gradient tests over many chunks: 10-17 GB at their
+# peak) take one of a few slots shared by every process of the run, so that pytest-xdist's
+# workers do not run them all at once: 15 workers that met on them ran an 80 GB GPU out of
+# memory in runs of only those tests (benchmarks/results/h100/NOTES.md §47). A slot is an
+# exclusive lock on one of ROWNORM_TEST_HEAVY_SLOTS files (default: one per 20 GiB of the
+# device's memory, at least one); the test returns its cached blocks to the device before
+# giving the slot back.
+_HEAVY_SLOT_BYTES = 20 * 1024**3
+
+
+@contextlib.contextmanager
+def _heavy_slot():
+    import fcntl
+
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    slots = int(os.environ.get("ROWNORM_TEST_HEAVY_SLOTS", max(1, total // _HEAVY_SLOT_BYTES)))
+    folder = tempfile.gettempdir()
+    files = [
+        open(os.path.join(folder, f"rownorm-tests-gpu-heavy-{os.getuid()}-{i}.lock"), "w")
+        for i in range(max(1, slots))
+    ]
+    try:
+        while True:
+            for f in files:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield
+                finally:
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            time.sleep(0.05)
+    finally:
+        for f in files:
+            f.close()
+
+
+@pytest.fixture(autouse=True)
+def _gpu_heavy_slot(request):
+    if HAS_CUDA and request.node.get_closest_marker("gpu_heavy") is not None:
+        with _heavy_slot():
+            yield
+    else:
+        yield
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

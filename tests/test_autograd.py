@@ -91,6 +91,7 @@ def test_param_grads_deterministic(device, op_id, dtype):
                 assert torch.equal(part["x"], first["x"][sl]), f"{shape}: dx depends on the batch"
 
 
+@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
@@ -165,6 +166,7 @@ def _check_dx_as_two_pass(op_id, case, inp, outs, dys, fused, slices):
         assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
 
 
+@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
@@ -182,6 +184,7 @@ def test_clustered_param_grads(op_id, dtype):
         _check_fused_param_grads(op_id, randn((m, n), dtype, "cuda"), cluster=4, chunk_rows=64)
 
 
+@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", PARAM_OPS)
@@ -241,6 +244,7 @@ def test_slice_param_grads(op_id, dtype):
         )
 
 
+@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", PHASED_OPS)
@@ -292,6 +296,7 @@ def test_phased_slice_param_grads(op_id, dtype):
         torch.cuda.empty_cache()  # the next length's float64 reference needs the room
 
 
+@pytest.mark.gpu_heavy
 @cuda_only
 @pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
@@ -343,6 +348,7 @@ def test_phased_cta_param_grads(op_id, dtype):
     assert seen == want, (want, seen)
 
 
+@pytest.mark.gpu_heavy
 @cuda_only
 @pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
