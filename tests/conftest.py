@@ -99,13 +99,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# Tests marked `gpu_heavy` (parameter-gradient tests over many chunks: 10-17 GB at their
-# peak) take one of a few slots shared by every process of the run, so that pytest-xdist's
-# workers do not run them all at once: 15 workers that met on them ran an 80 GB GPU out of
-# memory in runs of only those tests (benchmarks/results/h100/NOTES.md §47). A slot is an
-# exclusive lock on one of ROWNORM_TEST_HEAVY_SLOTS files (default: one per 20 GiB of the
-# device's memory, at least one); the test returns its cached blocks to the device before
-# giving the slot back.
+# Tests marked `gpu_heavy` (the parameter-gradient tests over many chunks: 0.7-18 GB at their
+# peak on the H100, twelve of them above 2 GB; every other test of test_autograd, test_explain
+# and test_concurrency took at most 1.6 GB) take one of a few slots shared by every process of
+# the run, so that pytest-xdist's workers do not run them all at once: 15 workers that met on
+# them ran an 80 GB GPU out of memory in runs of only those tests
+# (benchmarks/results/h100/NOTES.md §47, §48). A slot is an exclusive lock on one of
+# ROWNORM_TEST_HEAVY_SLOTS files (default: one per 20 GiB of the device's memory, at least
+# one); the test returns its cached blocks to the device before giving the slot back.
 _HEAVY_SLOT_BYTES = 20 * 1024**3
 
 
@@ -114,7 +115,11 @@ def _heavy_slot():
     import fcntl
 
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    slots = int(os.environ.get("ROWNORM_TEST_HEAVY_SLOTS", max(1, total // _HEAVY_SLOT_BYTES)))
+    raw = os.environ.get("ROWNORM_TEST_HEAVY_SLOTS", "")
+    try:
+        slots = int(raw) if raw else max(1, total // _HEAVY_SLOT_BYTES)
+    except ValueError:
+        raise pytest.UsageError(f"ROWNORM_TEST_HEAVY_SLOTS={raw!r} is not an integer") from None
     folder = tempfile.gettempdir()
     files = [
         open(os.path.join(folder, f"rownorm-tests-gpu-heavy-{os.getuid()}-{i}.lock"), "w")

@@ -166,7 +166,6 @@ def _check_dx_as_two_pass(op_id, case, inp, outs, dys, fused, slices):
         assert torch.equal(part["x"], fused["x"][sl]), f"N={n} rows {sl}: dx differs"
 
 
-@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", ["rms_norm", "add_rms_norm"])
@@ -348,7 +347,6 @@ def test_phased_cta_param_grads(op_id, dtype):
     assert seen == want, (want, seen)
 
 
-@pytest.mark.gpu_heavy
 @cuda_only
 @pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
