@@ -347,6 +347,55 @@ def test_phased_cta_param_grads(op_id, dtype):
     assert seen == want, (want, seen)
 
 
+@pytest.mark.gpu_heavy
+@cuda_only
+@pytest.mark.parametrize("op_id", ["rms_norm_weight", "layer_norm_affine", "add_rms_norm_weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_filled_cta_param_grads(op_id, dtype):
+    """Rows past 256 threads x 2 packs that 320 or 384 threads x 2 packs hold (16-bit
+    4097-6144, fp32 2049-3072) run the 2-pack CTA of the fewer of those threads that holds the
+    row (plan.h, PlanFusedSums), aligned (one sum in clusters of four, two staged) and in
+    phase (unclustered), at both ends of each size and just past 384; not add_rms_norm's
+    16-bit rows (512 threads). The gradients match the reference and are bit-identical run to
+    run."""
+    import rownorm
+
+    name = OPS[op_id].name
+    elem = torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elem
+    two = name == "layer_norm"
+    fills = name != "add_rms_norm" or elem == 4
+    lengths = {  # n: the threads planned (None: neither 320 nor 384)
+        256 * 2 * vec + vec: 320,
+        320 * 2 * vec: 320,
+        320 * 2 * vec - 1: 320,
+        320 * 2 * vec + vec: 384,
+        384 * 2 * vec: 384,
+        384 * 2 * vec - 3: 384,
+        384 * 2 * vec + vec: None,
+    }
+    for n, threads in lengths.items():
+        whole = n % vec == 0
+        rows = 3 * 64 + 37 if whole else 2 * vec * (64 if two else 16) + 3
+        x = randn((rows, n), dtype, "cuda")
+        plan = rownorm.explain(x, name, backward=True, param_grads=True)
+        if threads is None or not fills:
+            assert plan.threads not in (320, 384), (n, plan.raw)
+            continue
+        classes = None if whole else vec
+        fields = {"tier": "cta", "threads": threads, "packs": 2, "row_classes": classes}
+        if two:
+            fields.update(stages=2, chunk_rows=64, cluster=None)
+        elif whole:
+            fields.update(cluster=4, chunk_rows=64)
+        else:
+            fields.update(cluster=None, chunk_rows=16)
+        assert plan.ctas_per_sm in (None, 2), plan.raw
+        _check_fused_param_grads(op_id, x, **fields)
+        del x
+        torch.cuda.empty_cache()
+
+
 @cuda_only
 @pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)

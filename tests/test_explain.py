@@ -294,13 +294,13 @@ def test_explain_param_grads(op, dtype):
         row = table(m, elem, clusters, wide, cluster_packs)
         # The fused path (plan.h, PlanFusedSums): rows the table gives a 4-pack CTA or a warp
         # x 8 packs run as a 2-pack CTA: two sums (layer_norm) up to 512 threads x 2 packs,
-        # staged, on 64-row chunks; one sum up to 256 threads x 2 packs, and up to 512 with
+        # staged, on 64-row chunks; one sum up to 384 threads x 2 packs, and up to 512 with
         # three row inputs (add_rms_norm); longer 4-pack CTA rows with one sum as they are;
         # 4-pack groups on the table's lanes.
         vec = 16 // elem
         cta4 = row["tier"] == "cta" and row.get("packs") == "4"
         warp8 = row["tier"] == "group" and row.get("packs") == "8"
-        limit = 512 if sums == 2 or op == "add_rms_norm" else 256
+        limit = 512 if sums == 2 or op == "add_rms_norm" else 384
         two_pack = (cta4 or warp8) and m <= limit * 2 * vec
         group4 = row["tier"] == "group" and row.get("packs") == "4"
         # fp32 layer_norm rows of 512 threads x 4 packs: staged as well.
@@ -316,7 +316,9 @@ def test_explain_param_grads(op, dtype):
             # one partial per CTA: its 128 / lanes groups' 32 rows each
             assert plan.chunk_rows == 128 // lanes * 32 and plan.chunks == 1, (m, plan.raw)
         if two_pack:
-            threads = 128 if m <= 128 * 2 * vec else 256 if m <= 256 * 2 * vec else 512
+            # 320 and 384 threads where they hold the row, but for add_rms_norm's 16-bit rows
+            filled = [128, 256] + ([320, 384] if op != "add_rms_norm" or elem == 4 else [])
+            threads = next((t for t in filled if m <= t * 2 * vec), 512)
             assert f"tier=cta vec={vec} threads={threads} packs=2 " in plan.raw, (m, plan.raw)
             assert plan.stages == (2 if sums == 2 else None), (m, plan.raw)
         if wide_two:

@@ -30,9 +30,14 @@ constexpr int kMaxDevices = 64;
 template <typename V>
 class PerDevice {
  public:
-  // `compute(device, &value)` returns a cudaError_t; a failure is returned and not cached.
+  // The current device's value (and its index in *current where given); `compute(device,
+  // &value)` returns a cudaError_t, and a failure is returned and not cached.
   template <class Compute>
-  cudaError_t Get(int device, V* value, Compute compute) {
+  cudaError_t Get(V* value, Compute compute, int* current = nullptr) {
+    int device = 0;
+    const cudaError_t got = cudaGetDevice(&device);
+    if (got != cudaSuccess) return got;
+    if (current != nullptr) *current = device;
     const bool cached = device >= 0 && device < kMaxDevices;
     if (cached && known_[device].load(std::memory_order_acquire)) {
       *value = values_[device].load(std::memory_order_relaxed);
@@ -75,22 +80,23 @@ inline float DramGbpsPerSm(int d) {
   return static_cast<float>(2.0 * khz * 1e3 * (bits / 8) / sms / 1e9);
 }
 
+// The attributes of device d that planning reads.
+inline cudaError_t ReadDeviceInfo(int d, DeviceInfo* out) {
+  int cc_major = 0, sms = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, d);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
+  if (e == cudaSuccess) {
+    out->cc_major = static_cast<int16_t>(cc_major);
+    out->sms = static_cast<int16_t>(std::min(sms, 32767));
+    out->dram_gbps_per_sm = DramGbpsPerSm(d);
+  }
+  return e;
+}
+
 // The current device (in `device`) and its attributes, read once per device.
 inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   static PerDevice<DeviceInfo> cache;
-  const cudaError_t err = cudaGetDevice(device);
-  if (err != cudaSuccess) return err;
-  return cache.Get(*device, info, [](int d, DeviceInfo* out) {
-    int cc_major = 0, sms = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, d);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
-    if (e == cudaSuccess) {
-      out->cc_major = static_cast<int16_t>(cc_major);
-      out->sms = static_cast<int16_t>(std::min(sms, 32767));
-      out->dram_gbps_per_sm = DramGbpsPerSm(d);
-    }
-    return e;
-  });
+  return cache.Get(info, ReadDeviceInfo, device);
 }
 
 // The element size the tier table plans a problem with: the widest operand's (a pack holds
@@ -111,10 +117,7 @@ inline unsigned GridFor(int64_t units) {
 template <auto kKernel, size_t kSmem>
 cudaError_t ResidentCtas(int threads, int* ctas) {
   static PerDevice<int> cache;
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return cache.Get(device, ctas, [threads](int d, int* out) {
+  return cache.Get(ctas, [threads](int d, int* out) {
     int per_sm = 0, sms = 0;
     cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kSmem));
@@ -322,10 +325,7 @@ cudaLaunchConfig_t ClusterConfig(cudaLaunchAttribute* attr, unsigned grid, cudaS
 template <auto kKernel, int kThreads, int kCluster, size_t kSmem>
 cudaError_t ResidentClusters(int* clusters) {
   static PerDevice<int> cache;
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return cache.Get(device, clusters, [](int, int* out) {
+  return cache.Get(clusters, [](int, int* out) {
     cudaError_t e = cudaSuccess;
     if (kCluster > 8) {
       e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -444,10 +444,7 @@ constexpr size_t kMaxHeldLocalBytes = 32;
 template <auto kKernel>
 cudaError_t KernelLocalBytes(size_t* bytes) {
   static PerDevice<size_t> cache;
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return cache.Get(device, bytes, [](int, size_t* out) {
+  return cache.Get(bytes, [](int, size_t* out) {
     cudaFuncAttributes attr{};
     const cudaError_t e = cudaFuncGetAttributes(&attr, kKernel);
     *out = attr.localSizeBytes;
@@ -585,8 +582,9 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       }
     }
     if (plan->tier == RowTier::kCta && plan->threads == 512) {
+      static_assert(kWideCtaThreads == 512, "the wide CTA is one of the CTAs of 512");
       err = plan->packs == kWideCtaVecs
-                ? PlanCtaKernel<Op, Args, kWideCtaThreads, kWideCtaVecs>(aligned, dev, plan)
+                ? PlanCtaKernel<Op, Args, 512, kWideCtaVecs>(aligned, dev, plan)
                 : PlanCtaKernel<Op, Args, 512, kCtaVecs>(aligned, dev, plan);
       if (err != cudaSuccess) return err;
     }
@@ -761,12 +759,14 @@ cudaError_t LaunchRowOp(const Args& a, const Op& op, const RowPlan& plan, cudaSt
 // Fused parameter gradients (ops with kColumnSums; the plan is PlanFusedSums of plan.h).
 
 // The staged fused-sum kernel of a kThreads x kVecs configuration (kAligned false: rows in
-// phase), its shared memory, and how many of its CTAs the device holds at once (0: none fits;
-// CtaRowSumsKernel runs the same chunks instead).
-template <class Op, class Args, int kThreads, int kVecs, bool kAligned = true>
+// phase; kCtasPerSm: held to the registers of that many CTAs per SM), its shared memory, and
+// how many of its CTAs the device holds at once (0: none fits; CtaRowSumsKernel runs the same
+// chunks instead).
+template <class Op, class Args, int kThreads, int kVecs, bool kAligned = true,
+          int kCtasPerSm = PipelinedSumThreads<Op, Args>() / kThreads>
 constexpr auto StagedSumKernel =
     CtaRowSumsStagedKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kStagedChunkRows,
-                           kFusedSumStages, kAligned>;
+                           kFusedSumStages, kAligned, kCtasPerSm>;
 template <class Args, int kThreads, int kVecs>
 constexpr size_t StagedSumBytes() {
   return kFusedSumStages * sizeof(RowStage<Args, Args::kPackWidth, kVecs, kThreads>);
@@ -775,27 +775,63 @@ constexpr size_t StagedSumBytes() {
 // operands (fp32 only: plan.h).
 template <class Args>
 constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
-template <class Op, class Args, bool kAligned>
-cudaError_t StagedSumCtas(const RowPlan& k, int* ctas) {
+
+// The staged kernel of 16-bit rows of 320 or 384 threads x 2 packs held to the registers of
+// kStagedHeldCtas CTAs per SM (StagedHeldCtas: 0 for the others): the plain one takes 111
+// registers, one CTA an SM, whose rows all wait at the same barriers; held, 96 / 80 registers
+// (sm_90; rows of 384 in phase take a 24-byte frame, under kMaxHeldLocalBytes). H100, fwd+bwd,
+// time held ÷ plain (benchmarks/results/h100/NOTES.md §49): bf16 / fp16 4608-5120
+// 0.88-0.90, 6144 0.96-0.97, 5632 1.03, rows in phase 5119 0.78-0.81, 6143 0.94-0.98.
+constexpr int kStagedHeldCtas = 2;
+template <class Args, int kThreads, int kVecs>
+constexpr int StagedHeldCtas() {
+  const bool shape = kVecs == kFusedSumVecs && (kThreads == 320 || kThreads == 384);
+  return PlannedElemSize<Args>() == 2 && shape ? kStagedHeldCtas : 0;
+}
+
+// f(kThreads, kVecs) (std::integral_constant<int, ·> each) for the shape of the CTA-tier plan
+// `k` of two column sums (64-row chunks, staged or not): the shapes PlanFusedSums makes.
+template <class Args, class F>
+cudaError_t WithTwoSumShape(const RowPlan& k, F f) {
+  using Two = std::integral_constant<int, kFusedSumVecs>;
   if constexpr (kStagedWideSums<Args>) {
     if (k.packs == kCtaVecs && k.threads == 512) {
-      return ResidentCtas<StagedSumKernel<Op, Args, 512, kCtaVecs, kAligned>,
-                          StagedSumBytes<Args, 512, kCtaVecs>()>(512, ctas);
+      return f(std::integral_constant<int, 512>{}, std::integral_constant<int, kCtaVecs>{});
     }
   }
-  if (k.packs != kFusedSumVecs) return cudaErrorInvalidConfiguration;
-  switch (k.threads) {
-    case 128:
-      return ResidentCtas<StagedSumKernel<Op, Args, 128, kFusedSumVecs, kAligned>,
-                          StagedSumBytes<Args, 128, kFusedSumVecs>()>(128, ctas);
-    case 256:
-      return ResidentCtas<StagedSumKernel<Op, Args, 256, kFusedSumVecs, kAligned>,
-                          StagedSumBytes<Args, 256, kFusedSumVecs>()>(256, ctas);
-    case 512:
-      return ResidentCtas<StagedSumKernel<Op, Args, 512, kFusedSumVecs, kAligned>,
-                          StagedSumBytes<Args, 512, kFusedSumVecs>()>(512, ctas);
+  if (k.packs == kFusedSumVecs) {
+    switch (k.threads) {
+      case 128: return f(std::integral_constant<int, 128>{}, Two{});
+      case 256: return f(std::integral_constant<int, 256>{}, Two{});
+      case 320: return f(std::integral_constant<int, 320>{}, Two{});
+      case 384: return f(std::integral_constant<int, 384>{}, Two{});
+      case 512: return f(std::integral_constant<int, 512>{}, Two{});
+    }
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
+}
+
+// How many CTAs of the staged kernel of plan `k` the device holds at once (*plain), and of its
+// held kernel (*held; 0 where there is none or it spills past kMaxHeldLocalBytes).
+template <class Op, class Args, bool kAligned>
+cudaError_t StagedSumCtas(const RowPlan& k, int* plain, int* held) {
+  *held = 0;
+  return WithTwoSumShape<Args>(k, [&](auto t, auto v) {
+    constexpr int kT = decltype(t)::value;
+    constexpr int kV = decltype(v)::value;
+    constexpr size_t kSmem = StagedSumBytes<Args, kT, kV>();
+    cudaError_t err = ResidentCtas<StagedSumKernel<Op, Args, kT, kV, kAligned>, kSmem>(kT, plain);
+    constexpr int kHeld = StagedHeldCtas<Args, kT, kV>();
+    if constexpr (kHeld > 0) {
+      constexpr auto kKernel = StagedSumKernel<Op, Args, kT, kV, kAligned, kHeld>;
+      size_t local = 0;
+      if (err == cudaSuccess) err = KernelLocalBytes<kKernel>(&local);
+      if (err == cudaSuccess && local <= kMaxHeldLocalBytes) {
+        err = ResidentCtas<kKernel, kSmem>(kT, held);
+      }
+    }
+    return err;
+  });
 }
 
 // f(std::bool_constant<kAligned>) for a fused plan's rows: aligned (row_classes 1) or in phase,
@@ -930,12 +966,16 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   }
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.stages > 0) {
-      int ctas = 0;
+      int ctas = 0, held = 0;
       err = WithRowAlignment<Args>(**plan, [&](auto aligned) {
-        return StagedSumCtas<Op, Args, decltype(aligned)::value>((*plan)->kernel, &ctas);
+        return StagedSumCtas<Op, Args, decltype(aligned)::value>((*plan)->kernel, &ctas, &held);
       });
       if (err != cudaSuccess) return err;
-      if (ctas == 0) (*plan)->kernel.stages = 0;
+      if (ctas == 0) {
+        (*plan)->kernel.stages = 0;
+      } else if (held > ctas) {
+        (*plan)->kernel.ctas_per_sm = kStagedHeldCtas;
+      }
     }
   }
   return cudaSuccess;
@@ -987,15 +1027,26 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, int64_t chunks,
   return cudaGetLastError();
 }
 
-// Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits).
+// Two column sums: 64-row chunks, staged where planned (PlanRowSumOp checked that a CTA fits),
+// held where planned (ctas_per_sm).
 template <class Op, class Args, int kThreads, int kVecs, bool kAligned>
 cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPlan& plan,
                                   AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if (plan.chunk_rows != kStagedChunkRows) return cudaErrorInvalidConfiguration;
+  constexpr size_t kSmem = StagedSumBytes<Args, kThreads, kVecs>();
+  bool launched = false;
+  cudaError_t err = cudaSuccess;
+  if constexpr (StagedHeldCtas<Args, kThreads, kVecs>() > 0) {
+    constexpr int kHeld = StagedHeldCtas<Args, kThreads, kVecs>();
+    if (plan.kernel.stages == kFusedSumStages && plan.kernel.ctas_per_sm == kHeld) {
+      err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned, kHeld>, kSmem>(
+          plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
+      if (err != cudaSuccess || launched) return err;
+    }
+  }
+  if (plan.kernel.ctas_per_sm != 0) return cudaErrorInvalidConfiguration;
   if (plan.kernel.stages == kFusedSumStages) {
-    bool launched = false;
-    const cudaError_t err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned>,
-                                             StagedSumBytes<Args, kThreads, kVecs>()>(
+    err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned>, kSmem>(
         plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);
     if (err != cudaSuccess || launched) return err;
   }
@@ -1010,25 +1061,10 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   const RowPlan& k = plan.kernel;
   if constexpr (OpTraits<Op>::kColumnSums == 2) {  // layer_norm: 64-row chunks
-    if constexpr (kStagedWideSums<Args>) {
-      if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSumsOfTwo<Op, Args, 512, kCtaVecs, kAligned>(a, op, plan, partial,
-                                                                        stream);
-      }
-    }
-    if (k.packs == kFusedSumVecs) {
-      switch (k.threads) {
-        case 128:
-          return LaunchCtaRowSumsOfTwo<Op, Args, 128, kFusedSumVecs, kAligned>(a, op, plan, partial,
-                                                                               stream);
-        case 256:
-          return LaunchCtaRowSumsOfTwo<Op, Args, 256, kFusedSumVecs, kAligned>(a, op, plan, partial,
-                                                                               stream);
-        case 512:
-          return LaunchCtaRowSumsOfTwo<Op, Args, 512, kFusedSumVecs, kAligned>(a, op, plan, partial,
-                                                                               stream);
-      }
-    }
+    return WithTwoSumShape<Args>(k, [&](auto t, auto v) {
+      return LaunchCtaRowSumsOfTwo<Op, Args, decltype(t)::value, decltype(v)::value, kAligned>(
+          a, op, plan, partial, stream);
+    });
   } else {
     constexpr int kRows = kFusedChunkRows;
     if (k.packs == kFusedSumVecs && k.threads == 128) {
@@ -1038,6 +1074,17 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
     if (k.packs == kFusedSumVecs && k.threads == 256) {
       return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs, kRows, kAligned>(
           a, op, plan.chunks, partial, stream, k.cluster);
+    }
+    // (not add_rms_norm's 16-bit rows: plan.h)
+    if constexpr (Args::kNumIn < 3 || PlannedElemSize<Args>() == 4) {
+      if (k.packs == kFusedSumVecs && k.threads == 320) {
+        return LaunchCtaRowSums<Op, Args, 320, kFusedSumVecs, kRows, kAligned>(
+            a, op, plan.chunks, partial, stream, k.cluster);
+      }
+      if (k.packs == kFusedSumVecs && k.threads == 384) {
+        return LaunchCtaRowSums<Op, Args, 384, kFusedSumVecs, kRows, kAligned>(
+            a, op, plan.chunks, partial, stream, k.cluster);
+      }
     }
     if constexpr (Args::kNumIn == 3) {  // add_rms_norm
       if (k.packs == kFusedSumVecs && k.threads == 512) {

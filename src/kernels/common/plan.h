@@ -471,9 +471,22 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   const auto two_packs = [&](int threads) {
     return RowPlan{RowTier::kCta, vec, 0, threads, 0, kFusedSumVecs};
   };
-  const int threads = n <= int64_t{128} * kFusedSumVecs * vec   ? 128
-                      : n <= int64_t{256} * kFusedSumVecs * vec ? 256
-                                                                : 512;
+  // 2-pack CTAs of 320 and 384 threads for rows that 256 x 2 packs do not hold and those do
+  // (16-bit 4097-6144, fp32 2049-3072), where the 512 threads before them left up to 3/8 of
+  // the pack slots empty. H100, fwd+bwd with every gradient, 2^27 elements, time of these ÷
+  // 512 x 2 (layer_norm, add_rms_norm) or 256 x 4 (rms_norm), NOTES.md §49: layer_norm bf16
+  // 4608-6144 0.935-0.981 (before its 16-bit CTAs were held to two per SM: dispatch.cuh's
+  // StagedHeldCtas), fp32 2304-3072 0.967-0.999; rms_norm bf16 0.914-0.955, fp32
+  // 0.980-0.987; add_rms_norm fp32 0.913-0.986, with the float32 residual stream 0.86-0.88 at
+  // 2304-2560 (two CTAs per SM at 91-94 registers, against one of 512); rows in phase
+  // 0.950-0.983. Not add_rms_norm's 16-bit rows: one CTA per SM either way (119-127
+  // registers), 0.988-1.015.
+  const bool fill = column_sums == 2 || row_inputs < 3 || elem_size == 4;
+  const int threads = n <= int64_t{128} * kFusedSumVecs * vec           ? 128
+                      : n <= int64_t{256} * kFusedSumVecs * vec         ? 256
+                      : fill && n <= int64_t{320} * kFusedSumVecs * vec ? 320
+                      : fill && n <= int64_t{384} * kFusedSumVecs * vec ? 384
+                                                                        : 512;
   // One sum on CTA rows: 16-row CTAs, in clusters (see kSumClusterCtas) where the exchange
   // fits, on the 2-pack rows and on 16-bit 4-pack rows. Graph-timed fwd+bwd steps on the H100
   // (NOTES.md §25), clustered against 16-row partials: bf16 2048 0.97x, 4096 0.96x, 8192
@@ -512,10 +525,10 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.stages = kFusedSumStages;
     return chunked(k, kStagedChunkRows);
   }
-  // One sum from here on. Rows of up to 256 threads x 2 packs (4096 16-bit / 2048 fp32) with
+  // One sum from here on. Rows of up to 384 threads x 2 packs (6144 16-bit / 3072 fp32) with
   // two rows in flight per CTA in registers (CtaRowSumsKernel's pipeline; staged, the rms_norm
   // step took 1.05-1.14x as long at bf16 2048-4096, NOTES.md §24).
-  if ((cta || wide_group) && threads <= 256) return one_sum(two_packs(threads));
+  if ((cta || wide_group) && threads < 512) return one_sum(two_packs(threads));
   // Rows of 512 threads x 2 packs (8192 16-bit / 4096 fp32) with three row inputs
   // (add_rms_norm's dy, x + r and its gradient): one CTA of 512 with two rows in flight took
   // 0.91x the time of 256 threads x 4 packs one row at a time; with two inputs (rms_norm) it

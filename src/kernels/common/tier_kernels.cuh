@@ -432,9 +432,10 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
 // registers while the row before it runs (no gain that showed at fp32 1025-8191). These rows
 // execute 1.5-1.6x the instructions of aligned ones (ncu, bf16 2047-8191: the scalars' work
 // and the per-row geometry), and run at 58-67% of DRAM peak against 75-82% (NOTES.md §45).
+// kCtasPerSm: the CTAs per SM its registers are held to (dispatch.cuh's StagedHeldCtas).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, int kStages,
-          bool kAligned = true>
-__global__ void __launch_bounds__(kThreads, PipelinedSumThreads<Op, Args>() / kThreads)
+          bool kAligned = true, int kCtasPerSm = PipelinedSumThreads<Op, Args>() / kThreads>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CtaRowSumsStagedKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
