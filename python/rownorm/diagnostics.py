@@ -57,11 +57,13 @@ class Plan:
             being reduced (on the cluster tier: rows held in shared memory, put there by bulk
             copies; strided tiles of 4-byte elements only on GPUs of at least 30 GB/s of DRAM
             bandwidth per SM); None where loads go straight to registers.
-        ctas_per_sm: the CTAs per SM a CTA-tier forward is held to, where the device then
+        ctas_per_sm: the CTAs per SM a CTA-tier kernel is held to, where the device then
             holds more of them (one's loads in flight while another waits at its barriers):
             ``2`` for the 512-thread x 8-pack CTA of softmax / log_softmax and 16-bit
-            layer_norm, ``3`` for the 512 x 4-pack CTA of layer_norm and rms_norm (not where
-            the held kernel would spill registers); None elsewhere.
+            layer_norm, ``3`` for the 512 x 4-pack CTA of layer_norm and rms_norm (forwards;
+            not where the held kernel would spill registers), ``2`` for layer_norm's fused
+            parameter gradients of 16-bit rows on 320 or 384 threads x 2 packs; None
+            elsewhere.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows, and
             add_rms_norm's on odd rows whose operands start alike (once per class of rows of
