@@ -478,7 +478,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // 4608-6144 0.935-0.981 (before its 16-bit CTAs were held to two per SM: dispatch.cuh's
   // StagedHeldCtas), fp32 2304-3072 0.967-0.999; rms_norm bf16 0.914-0.955, fp32
   // 0.980-0.987; add_rms_norm fp32 0.913-0.986, with the float32 residual stream 0.86-0.88 at
-  // 2304-2560 (two CTAs per SM at 91-94 registers, against one of 512); rows in phase
+  // 2304-2560 (two CTAs of 320 per SM at 90 registers, against one of 512); rows in phase
   // 0.950-0.983. Not add_rms_norm's 16-bit rows: one CTA per SM either way (119-127
   // registers), 0.988-1.015.
   const bool fill = column_sums == 2 || row_inputs < 3 || elem_size == 4;
