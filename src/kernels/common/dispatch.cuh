@@ -1066,42 +1066,32 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
           a, op, plan, partial, stream);
     });
   } else {
-    constexpr int kRows = kFusedChunkRows;
-    if (k.packs == kFusedSumVecs && k.threads == 128) {
-      return LaunchCtaRowSums<Op, Args, 128, kFusedSumVecs, kRows, kAligned>(
-          a, op, plan.chunks, partial, stream, k.cluster);
-    }
-    if (k.packs == kFusedSumVecs && k.threads == 256) {
-      return LaunchCtaRowSums<Op, Args, 256, kFusedSumVecs, kRows, kAligned>(
-          a, op, plan.chunks, partial, stream, k.cluster);
-    }
-    // (not add_rms_norm's 16-bit rows: plan.h)
-    if constexpr (Args::kNumIn < 3 || PlannedElemSize<Args>() == 4) {
-      if (k.packs == kFusedSumVecs && k.threads == 320) {
-        return LaunchCtaRowSums<Op, Args, 320, kFusedSumVecs, kRows, kAligned>(
-            a, op, plan.chunks, partial, stream, k.cluster);
+    // launch(t, v): the kernel of t threads x v packs (std::integral_constant<int, ·> each)
+    const auto launch = [&](auto t, auto v) {
+      return LaunchCtaRowSums<Op, Args, decltype(t)::value, decltype(v)::value, kFusedChunkRows,
+                              kAligned>(a, op, plan.chunks, partial, stream, k.cluster);
+    };
+    using Two = std::integral_constant<int, kFusedSumVecs>;
+    using Four = std::integral_constant<int, kCtaVecs>;
+    using T256 = std::integral_constant<int, 256>;
+    using T512 = std::integral_constant<int, 512>;
+    // 320 and 384 threads: not for add_rms_norm's 16-bit rows, which take 512 (plan.h)
+    constexpr bool kFilled = Args::kNumIn < 3 || PlannedElemSize<Args>() == 4;
+    if (k.packs == kFusedSumVecs) {
+      if (k.threads == 128) return launch(std::integral_constant<int, 128>{}, Two{});
+      if (k.threads == 256) return launch(T256{}, Two{});
+      if constexpr (kFilled) {
+        if (k.threads == 320) return launch(std::integral_constant<int, 320>{}, Two{});
+        if (k.threads == 384) return launch(std::integral_constant<int, 384>{}, Two{});
       }
-      if (k.packs == kFusedSumVecs && k.threads == 384) {
-        return LaunchCtaRowSums<Op, Args, 384, kFusedSumVecs, kRows, kAligned>(
-            a, op, plan.chunks, partial, stream, k.cluster);
-      }
-    }
-    if constexpr (Args::kNumIn == 3) {  // add_rms_norm
-      if (k.packs == kFusedSumVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kFusedSumVecs, kRows, kAligned>(
-            a, op, plan.chunks, partial, stream, k.cluster);
+      if constexpr (Args::kNumIn == 3) {  // add_rms_norm
+        if (k.threads == 512) return launch(T512{}, Two{});
       }
     }
-    if (k.packs == kCtaVecs && k.threads == 256) {
-      return LaunchCtaRowSums<Op, Args, 256, kCtaVecs, kRows, kAligned>(a, op, plan.chunks, partial,
-                                                                        stream, k.cluster);
-    }
+    if (k.packs == kCtaVecs && k.threads == 256) return launch(T256{}, Four{});
     // 16-bit rows of 512 x 4 run the slice sums (SliceSumsApply): compiled for fp32 only.
     if constexpr (!SliceSumsApply(RowTier::kCta, 512, kCtaVecs, 1, PlannedElemSize<Args>(), 1)) {
-      if (k.packs == kCtaVecs && k.threads == 512) {
-        return LaunchCtaRowSums<Op, Args, 512, kCtaVecs, kRows, kAligned>(
-            a, op, plan.chunks, partial, stream, k.cluster);
-      }
+      if (k.packs == kCtaVecs && k.threads == 512) return launch(T512{}, Four{});
     }
   }
   return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
