@@ -452,6 +452,18 @@ cudaError_t KernelLocalBytes(size_t* bytes) {
   });
 }
 
+// How many CTAs of the held kernel kKernel (`threads` threads, kSmem bytes of dynamic shared
+// memory) the current device holds at once (*held): ResidentCtas, or 0 where its registers
+// spill past kMaxHeldLocalBytes.
+template <auto kKernel, size_t kSmem>
+cudaError_t HeldResidentCtas(int threads, int* held) {
+  size_t local = 0;
+  const cudaError_t err = KernelLocalBytes<kKernel>(&local);
+  *held = 0;
+  if (err != cudaSuccess || local > kMaxHeldLocalBytes) return err;
+  return ResidentCtas<kKernel, kSmem>(threads, held);
+}
+
 // The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
 // threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
 // fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
@@ -490,9 +502,7 @@ cudaError_t CtaResidency(int* plain, int* held, int* kept) {
   cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, plain);
   if constexpr (kHeld > 0) {
     constexpr auto kKernel = CtaRowKernelBounded<Op, Args, kVec, kV, kT, kAligned, kHeld>;
-    size_t local = 0;
-    if (err == cudaSuccess) err = KernelLocalBytes<kKernel>(&local);
-    if (err == cudaSuccess && local <= kMaxHeldLocalBytes) err = ResidentCtas<kKernel, 0>(kT, held);
+    if (err == cudaSuccess) err = HeldResidentCtas<kKernel, 0>(kT, held);
   }
   if constexpr (CtaParamsExist<Op, Args, kT, kV>()) {
     if (err == cudaSuccess) {
@@ -824,11 +834,7 @@ cudaError_t StagedSumCtas(const RowPlan& k, int* plain, int* held) {
     constexpr int kHeld = StagedHeldCtas<Args, kT, kV>();
     if constexpr (kHeld > 0) {
       constexpr auto kKernel = StagedSumKernel<Op, Args, kT, kV, kAligned, kHeld>;
-      size_t local = 0;
-      if (err == cudaSuccess) err = KernelLocalBytes<kKernel>(&local);
-      if (err == cudaSuccess && local <= kMaxHeldLocalBytes) {
-        err = ResidentCtas<kKernel, kSmem>(kT, held);
-      }
+      if (err == cudaSuccess) err = HeldResidentCtas<kKernel, kSmem>(kT, held);
     }
     return err;
   });
@@ -1075,8 +1081,8 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
     using Four = std::integral_constant<int, kCtaVecs>;
     using T256 = std::integral_constant<int, 256>;
     using T512 = std::integral_constant<int, 512>;
-    // 320 and 384 threads: not for add_rms_norm's 16-bit rows, which take 512 (plan.h)
-    constexpr bool kFilled = Args::kNumIn < 3 || PlannedElemSize<Args>() == 4;
+    constexpr bool kFilled =
+        FillsTwoPackCtas(OpTraits<Op>::kColumnSums, Args::kNumIn, PlannedElemSize<Args>());
     if (k.packs == kFusedSumVecs) {
       if (k.threads == 128) return launch(std::integral_constant<int, 128>{}, Two{});
       if (k.threads == 256) return launch(T256{}, Two{});

@@ -428,6 +428,21 @@ inline FusedSumPlan PhasedSumPlan(const RowPlan& kernel, int64_t rows, int chunk
   return f;
 }
 
+// Whether the fused sums of an op with `column_sums` sums over `row_inputs` row operands of
+// `elem_size`-byte elements run the 2-pack CTAs of 320 and 384 threads (PlanFusedSums), for
+// rows that 256 x 2 packs do not hold and those do (16-bit 4097-6144, fp32 2049-3072), where
+// the 512 threads before them left up to 3/8 of the pack slots empty. H100, fwd+bwd with every
+// gradient, 2^27 elements, time of these ÷ 512 x 2 (layer_norm, add_rms_norm) or 256 x 4
+// (rms_norm), NOTES.md §49: layer_norm bf16 4608-6144 0.935-0.981 (before its 16-bit CTAs were
+// held to two per SM: dispatch.cuh's StagedHeldCtas), fp32 2304-3072 0.967-0.999; rms_norm
+// bf16 0.914-0.955, fp32 0.980-0.987; add_rms_norm fp32 0.913-0.986, with the float32 residual
+// stream 0.86-0.88 at 2304-2560 (two CTAs of 320 per SM at 90 registers, against one of 512);
+// rows in phase 0.950-0.983. Not add_rms_norm's 16-bit rows: one CTA per SM either way
+// (119-127 registers), 0.988-1.015.
+constexpr bool FillsTwoPackCtas(int column_sums, int row_inputs, int elem_size) {
+  return column_sums == 2 || row_inputs < 3 || elem_size == 4;
+}
+
 // The fused plan of `rows` rows of n `elem_size`-byte elements of an op with `column_sums`
 // sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
@@ -471,17 +486,7 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   const auto two_packs = [&](int threads) {
     return RowPlan{RowTier::kCta, vec, 0, threads, 0, kFusedSumVecs};
   };
-  // 2-pack CTAs of 320 and 384 threads for rows that 256 x 2 packs do not hold and those do
-  // (16-bit 4097-6144, fp32 2049-3072), where the 512 threads before them left up to 3/8 of
-  // the pack slots empty. H100, fwd+bwd with every gradient, 2^27 elements, time of these ÷
-  // 512 x 2 (layer_norm, add_rms_norm) or 256 x 4 (rms_norm), NOTES.md §49: layer_norm bf16
-  // 4608-6144 0.935-0.981 (before its 16-bit CTAs were held to two per SM: dispatch.cuh's
-  // StagedHeldCtas), fp32 2304-3072 0.967-0.999; rms_norm bf16 0.914-0.955, fp32
-  // 0.980-0.987; add_rms_norm fp32 0.913-0.986, with the float32 residual stream 0.86-0.88 at
-  // 2304-2560 (two CTAs of 320 per SM at 90 registers, against one of 512); rows in phase
-  // 0.950-0.983. Not add_rms_norm's 16-bit rows: one CTA per SM either way (119-127
-  // registers), 0.988-1.015.
-  const bool fill = column_sums == 2 || row_inputs < 3 || elem_size == 4;
+  const bool fill = FillsTwoPackCtas(column_sums, row_inputs, elem_size);
   const int threads = n <= int64_t{128} * kFusedSumVecs * vec           ? 128
                       : n <= int64_t{256} * kFusedSumVecs * vec         ? 256
                       : fill && n <= int64_t{320} * kFusedSumVecs * vec ? 320
