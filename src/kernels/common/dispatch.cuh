@@ -786,17 +786,20 @@ constexpr size_t StagedSumBytes() {
 template <class Args>
 constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
 
-// The staged kernel of 16-bit rows of 320 or 384 threads x 2 packs held to the registers of
-// kStagedHeldCtas CTAs per SM (StagedHeldCtas: 0 for the others): the plain one takes 111
-// registers, one CTA an SM, whose rows all wait at the same barriers; held, 96 / 80 registers
-// (sm_90; rows of 384 in phase take a 24-byte frame, under kMaxHeldLocalBytes). H100, fwd+bwd,
-// time held ÷ plain (benchmarks/results/h100/NOTES.md §49): bf16 / fp16 4608-5120
-// 0.88-0.90, 6144 0.96-0.97, 5632 1.03, rows in phase 5119 0.78-0.81, 6143 0.94-0.98.
+// The staged kernel of rows of 320 or 384 threads x 2 packs held to the registers of
+// kStagedHeldCtas CTAs per SM (StagedHeldCtas: 0 for the others), where the device then holds
+// more of them (PlanRowSumOp): the plain one takes 111 registers at 16 bits (84 for fp32 rows of
+// 384), one CTA an SM, whose rows all wait at the same barriers; held, 96 / 80 (sm_90; rows of
+// 384 in phase take a 24-byte frame, under kMaxHeldLocalBytes). fwd+bwd, time held ÷ plain:
+// H100 bf16 / fp16 4608-5120 0.88-0.90, 6144 0.96-0.97, 5632 1.03, rows in phase 5119
+// 0.78-0.81, 6143 0.94-0.98 (benchmarks/results/h100/NOTES.md §49); H200 fp32 3072 0.90, rows
+// in phase 3071 0.78 (fp32 2560 holds two CTAs of 320 plain: the same plan;
+// benchmarks/results/h200/NOTES.md §31).
 constexpr int kStagedHeldCtas = 2;
 template <class Args, int kThreads, int kVecs>
 constexpr int StagedHeldCtas() {
   const bool shape = kVecs == kFusedSumVecs && (kThreads == 320 || kThreads == 384);
-  return PlannedElemSize<Args>() == 2 && shape ? kStagedHeldCtas : 0;
+  return shape ? kStagedHeldCtas : 0;
 }
 
 // f(kThreads, kVecs) (std::integral_constant<int, ·> each) for the shape of the CTA-tier plan
