@@ -393,12 +393,13 @@ def test_filled_cta_param_grads(op_id, dtype):
             fields.update(cluster=4, chunk_rows=64)
         else:
             fields.update(cluster=None, chunk_rows=16)
-        if two and (elem == 2 or threads == 384) and torch.cuda.get_device_capability()[0] == 9:
+        held = elem == 2 or threads == 384 or not whole
+        if two and held and torch.cuda.get_device_capability()[0] == 9:
             # the registers ptxas gave sm_90: held to two CTAs per SM (dispatch.cuh's
-            # StagedHeldCtas; rows of 384 in phase within the frame the launcher allows); fp32
-            # rows of 320 hold two plain, so the plan is the plain one
+            # StagedHeldCtas; rows of 384 in phase within the frame the launcher allows); aligned
+            # fp32 rows of 320 hold two plain, so the plan is the plain one
             assert plan.ctas_per_sm == 2, plan.raw
-        elif not two or elem == 4:
+        elif not two or not held:
             assert plan.ctas_per_sm is None, plan.raw
         _check_fused_param_grads(op_id, x, **fields)
         del x

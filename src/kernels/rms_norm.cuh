@@ -73,15 +73,8 @@ struct RmsNormFwdOp {
   // forward, time held ÷ plain: bf16 with a float32 weight 9216 / 12288 / 16384 0.91 / 0.97 /
   // 0.99, fp32 6143 0.955 (benchmarks/results/h100/NOTES.md §48); 16-bit rows not aligned spill
   // past dispatch.cuh's kMaxHeldLocalBytes and run the plain kernel.
-  // The wide CTA (512 x 8) held to two per SM, as layer_norm's 16-bit one. On GPUs of the DRAM
-  // bandwidth per SM that keeps the parameters per CTA (dispatch.cuh's PlanCtaKernel) the kept
-  // copy, one CTA per SM, ran the H200's bf16 24576-32768 / fp32 12288-16384 forwards at 84-89%
-  // of copy (torch.compile 97-100%), where layer_norm's held wide CTA took 0.70x the time of its
-  // kept copy at bf16 32768; held wins the planner's count there. Held against kept, and on the
-  // H100 held against plain (within 1% in NOTES.md §35): benchmarks/results/h200/NOTES.md §31.
   static constexpr int CtaCtasPerSm(int threads, int packs) {
-    if (threads != 512) return 0;
-    return packs == 4 ? 3 : packs == 8 ? 2 : 0;
+    return threads == 512 && packs == 4 ? 3 : 0;
   }
   Acc eps;
   const W* weight;  // (n,) or nullptr

@@ -73,11 +73,11 @@
 // 0.88-0.95x the time (from 85-92% of copy to 97-98%; it replaced their rows prefetched into
 // shared memory), and 16-bit layer_norm 0.93-0.96x; rms_norm, l2 bf16 within 1%, and float32
 // layer_norm 1.05x at 16384 (its kernel spills at 64 registers): benchmarks/results/h100/
-// NOTES.md §35. rms_norm's is held too, for the H200 (kernels/rms_norm.cuh). The 512 x 4 CTA held
-// to three: layer_norm's and rms_norm's forwards (kernels/layer_norm.cuh, rms_norm.cuh; 16-bit
-// layer_norm at 8704-12288 from 73-89% of copy to 89-96%, NOTES.md §48). A held kernel that spills
-// past dispatch.cuh's kMaxHeldLocalBytes is not run. The cluster tier keeps rows in flight its own
-// way (dispatch.cuh's ClusterKind), for every op.
+// NOTES.md §35. The 512 x 4 CTA held to three: layer_norm's and rms_norm's forwards
+// (kernels/layer_norm.cuh, rms_norm.cuh; 16-bit layer_norm at 8704-12288 from 73-89% of copy to
+// 89-96%, NOTES.md §48). A held kernel that spills past dispatch.cuh's kMaxHeldLocalBytes is
+// not run. The cluster tier keeps rows in flight its own way (dispatch.cuh's ClusterKind),
+// for every op.
 //
 // ClusterCtasPerSm(cluster, threads, packs) = c > 0: the cluster tier's register rows of
 // `cluster` CTAs of `threads` x `packs` (ClusterRowKernel) run held to the registers of c CTAs
