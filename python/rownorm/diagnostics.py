@@ -62,8 +62,8 @@ class Plan:
             ``2`` for the 512-thread x 8-pack CTA of softmax / log_softmax and 16-bit
             layer_norm, ``3`` for the 512 x 4-pack CTA of layer_norm and rms_norm (forwards;
             not where the held kernel would spill registers), ``2`` for layer_norm's fused
-            parameter gradients of 16-bit rows on 320 or 384 threads x 2 packs; None
-            elsewhere.
+            parameter gradients on 320 or 384 threads x 2 packs (16-bit rows, and fp32 ones
+            where the plain kernel holds one CTA per SM); None elsewhere.
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows, and
             add_rms_norm's on odd rows whose operands start alike (once per class of rows of
