@@ -30,7 +30,6 @@ from utils import (
     check_backward,
     check_forward,
     cuda_only,
-    dram_gbps_per_sm,
     dtype_id,
     families,
     gpu_rows,
@@ -356,66 +355,36 @@ def test_parameters_at_any_offset_from_the_row(dtype):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
-def test_cta_parameters_kept_per_cta(dtype, monkeypatch):
-    """The wide CTA's forwards of one input with parameters (rms_norm, layer_norm) keep them
-    per CTA (``params=once``, CtaParamRowKernel: a persistent grid) where PlanRowOp picks it
-    (GPUs of at least 30 GB/s of DRAM bandwidth per SM that hold as many of its CTAs as of the
-    per-row kernels: rms_norm's, not layer_norm's on sm_90);
-    ROWNORM_CLUSTER_ROWS=registers reads them in every row (CtaRowKernel), ``params`` forces
-    the kept copy where it fits. Every CTA-tier edge, aligned and odd (no kept parameters
-    there), with more rows than the device holds CTAs (so that a CTA's copy serves many rows),
-    a weight and a bias that start mid-pack (copied an element at a time): the bits of the
-    per-row reads, and no kept copy on the other CTA shapes or for add_rms_norm."""
+def test_cta_parameters_read_per_row(dtype, monkeypatch):
+    """The CTA tier's forwards read their per-column parameters in every row on every GPU,
+    whatever ROWNORM_CLUSTER_ROWS asks (dispatch.cuh's PlanCtaKernel: a copy kept per CTA
+    measured slower on the H100 and the H200): no ``params=once`` plan at any CTA-tier edge,
+    aligned or odd, for rms_norm, layer_norm and add_rms_norm, and with the knob set to
+    ``params`` the bits of the unset plan, with more rows than the device holds CTAs and a
+    weight and a bias that start mid-pack."""
     import rownorm
 
     elem = dtype.itemsize
     vec = pack_width(elem)
     lengths = [n for n in tier_edge_lengths(elem) if plan_row_tier(n, vec).tier == "cta"]
     assert lengths
-    kept_plans = 0
     for n in lengths:
-        plan = plan_row_tier(n, vec)
-        wide = plan.threads == 512 and plan.packs == 8
         rows = max(3, (1 << 23) // n)
         x = scaled_rows(rows, n, dtype, "cuda")
         g = torch.Generator(device="cuda").manual_seed(n)
         w = torch.randn(n + 1, device="cuda", dtype=dtype, generator=g)[1:]
         b = torch.randn(n + 1, device="cuda", dtype=dtype, generator=g)[1:]
-        runs, plans = {}, {}
-        for kind in ("registers", "params", ""):
+        runs = {}
+        for kind in ("params", ""):
             monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", kind)
-            torch.manual_seed(n)  # add_rms_norm's residual: the same in every run
-            runs[kind] = _forwards_with_params(x, w, b)
-            plans[kind] = {
+            plans = {
                 op: rownorm.explain(x, op) for op in ("rms_norm", "layer_norm", "add_rms_norm")
             }
-        assert all(p.params is None for p in plans["registers"].values()), plans["registers"]
-        for kind in ("params", ""):
-            assert plans[kind]["add_rms_norm"].params is None, plans[kind]
-            if n % vec != 0 or not wide:
-                assert all(p.params is None for p in plans[kind].values()), (n, plans[kind])
-        if n % vec == 0 and wide:
-            kept_plans += sum(p.params == "once" for p in plans["params"].values())
-            gbps = dram_gbps_per_sm()
-            if gbps > 0:  # torch reports the memory clock and bus width (CUDA 13 may not)
-                # Below 30 GB/s per SM the parameters are read per row. At or above it they are
-                # kept only where the device holds as many kept CTAs as per-row ones: rms_norm's
-                # (its weight alone in shared memory); not layer_norm's on sm_90, whose per-row
-                # wide CTAs hold two per SM (16-bit ones held, float32 ones plain) against the
-                # kept kernel's one (weight and bias), and which the H200 measured 1.07-1.47x
-                # slower kept (benchmarks/results/h200/NOTES.md §31).
-                unset = {op: plans[""][op].params for op in ("rms_norm", "layer_norm")}
-                kept = gbps >= 30
-                want = {"rms_norm": "once" if kept else None}
-                if not kept or torch.cuda.get_device_capability()[0] == 9:
-                    want["layer_norm"] = None
-                got = {op: unset[op] for op in want}
-                assert got == want, (n, gbps, plans[""])
-        for kind in ("params", ""):
-            for i, (a, c) in enumerate(zip(runs["registers"], runs[kind], strict=True)):
-                assert torch.equal(a, c), (n, kind, i, plans[kind])
-    if torch.cuda.get_device_capability()[0] == 9:
-        assert kept_plans == 2
+            assert all(p.params is None for p in plans.values()), (n, plans)
+            torch.manual_seed(n)  # add_rms_norm's residual: the same in both runs
+            runs[kind] = _forwards_with_params(x, w, b)
+        for i, (a, c) in enumerate(zip(runs[""], runs["params"], strict=True)):
+            assert torch.equal(a, c), (n, i)
 
 
 @cuda_only

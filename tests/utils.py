@@ -57,8 +57,8 @@ def cuda_only(obj):
 def dram_gbps_per_sm() -> float:
     """The current GPU's peak DRAM bandwidth per SM in GB/s, as the planner reads it (two
     transfers per memory clock over the bus width): where per-GPU rules of the plan switch
-    (the wide CTA's kept parameters, the strided prefetch of 4-byte tiles). 0 where torch does
-    not report them."""
+    (the cluster tier's kept parameters, the slice sums' prefetch of full rows, the strided
+    prefetch of 4-byte tiles). 0 where torch does not report them."""
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
 

@@ -72,11 +72,9 @@ class Plan:
             kernel holds too few rows to keep that bandwidth busy, on 16-CTA clusters, or
             where the parameters take more than twice the row's input bytes a column, as
             float32 ones on 16-bit layer_norm rows: ``ClusterParamsPerRow`` and
-            ``kMaxPerRowParamRatio`` in ``src/kernels/common/plan.h``), the
-            forwards of rms_norm / layer_norm on the 512-thread x 8-pack CTA on GPUs of at
-            least 30 GB/s of DRAM bandwidth per SM (the H200, not the H100), and the fused
+            ``kMaxPerRowParamRatio`` in ``src/kernels/common/plan.h``), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
-            memory).
+            memory). The CTA tier's forwards read them in every row.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         warp_rows: strided path, packed kernel: the lanes of a warp that share a column's
             d-rows (1, 2 or 4: columns of at most 8, 16, 32 elements), which reduce by
@@ -90,7 +88,8 @@ class Plan:
         prefetch: fused sums in shared memory: ``"next_row"`` where each team brings its next
             row into L2 while it reduces the current one (sm_90+: the 16-CTA clusters of 512
             threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of 16-bit rows
-            that fill at most 3/4 of their team); None elsewhere.
+            that fill at most 3/4 of their team, or any such rows on GPUs of at least 30 GB/s
+            of DRAM bandwidth per SM, such as the H200); None elsewhere.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
             alignment each (rows r and r + row_classes), whose chunks hold rows of one class;

@@ -464,77 +464,39 @@ cudaError_t HeldResidentCtas(int threads, int* held) {
   return ResidentCtas<kKernel, kSmem>(threads, held);
 }
 
-// The CTA tier's forwards with per-column parameters: CtaParamRowKernel on the wide CTA (512
-// threads x 8 packs, one CTA per SM) for ops of one input, where its copy of the parameters
-// fits kMaxClusterSmem (not layer_norm's float32 weight and bias on 16-bit rows: 256 KB), on
-// GPUs of at least kKeptParamsGbpsPerSm (plan.h) of DRAM bandwidth per SM. Measured
-// (benchmarks/results/h200/NOTES.md §12, h100/NOTES.md §31): on the H200 (~37 GB/s per SM) the
-// wide CTA's forwards took 0.89× (rms_norm bf16) to 0.92× (layer_norm fp32) the time, on the
-// H100 (25.4) 1.05-1.11×: its L2 serves the per-row parameter reads without holding the row
-// back, and the persistent loop costs more. Where an SM holds several CTAs (128-512 threads x
-// 4 packs) the kept copy took 1.04-1.12× on the H200 too, and add_rms_norm's two inputs 1.02×.
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr size_t CtaParamSmem() {
-  return sizeof(ParamSlicesOf<Op, Args, Args::kPackWidth, kVecs, kThreads>);
-}
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr bool CtaParamsExist() {
-  constexpr bool kWide = kThreads == kWideCtaThreads && kVecs == kWideCtaVecs;
-  if constexpr (!OpTraits<Op>::kColumnParams || OpTraits<Op>::kColumnSums > 0 || !kWide ||
-                !OpTraits<Op>::kWideCta || Args::kNumIn != 1) {
-    return false;
-  } else {
-    return CtaParamSmem<Op, Args, kThreads, kVecs>() <= kMaxClusterSmem;
-  }
-}
-template <class Op, class Args, int kThreads, int kVecs>
-constexpr auto CtaParamKernel = CtaParamRowKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
-
 // How many CTAs of the CTA tier's kernels of `Op` for rows of kT x kV the device holds at once:
-// CtaRowKernel (*plain), CtaRowKernelBounded (*held; 0 where the op has none or it spills past
-// kMaxHeldLocalBytes), both those LaunchCtaRow runs for rows `aligned` or not, and
-// CtaParamRowKernel (*kept; 0 where the op has none).
+// CtaRowKernel (*plain) and CtaRowKernelBounded (*held; 0 where the op has none or it spills
+// past kMaxHeldLocalBytes), both those LaunchCtaRow runs for rows `aligned` or not.
 template <class Op, class Args, int kT, int kV, bool kAligned>
-cudaError_t CtaResidency(int* plain, int* held, int* kept) {
+cudaError_t CtaResidency(int* plain, int* held) {
   constexpr int kVec = Args::kPackWidth;
   constexpr int kHeld = CtaHeldCtas<Op, Args, kT, kV>();
-  *held = *kept = 0;
+  *held = 0;
   cudaError_t err = ResidentCtas<CtaRowKernel<Op, Args, kVec, kV, kT, kAligned>, 0>(kT, plain);
   if constexpr (kHeld > 0) {
     constexpr auto kKernel = CtaRowKernelBounded<Op, Args, kVec, kV, kT, kAligned, kHeld>;
     if (err == cudaSuccess) err = HeldResidentCtas<kKernel, 0>(kT, held);
   }
-  if constexpr (CtaParamsExist<Op, Args, kT, kV>()) {
-    if (err == cudaSuccess) {
-      err = ResidentCtas<CtaParamKernel<Op, Args, kT, kV>, CtaParamSmem<Op, Args, kT, kV>()>(kT,
-                                                                                             kept);
-    }
-  }
   return err;
 }
 
-// The launcher's choices for the CTA tier's rows of kT x kV (`plan`), where the op has a held or
-// a kept-parameter kernel for them: held where the device holds more of those CTAs than of the
-// plain kernel. Forwards with parameters keep them per CTA on GPUs of the DRAM bandwidth per SM
-// where that measured faster, if the device holds as many CTAs of that kernel as of the one
-// that reads them per row (ties: the fewer bytes).
+// The launcher's choice for the CTA tier's rows of kT x kV (`plan`), where the op has a held
+// kernel for them: held where the device holds more of those CTAs than of the plain kernel.
+// The CTA tier reads per-column parameters in every row on every GPU: a persistent grid that
+// kept them per CTA (as the cluster tier's ClusterParamRowKernel does) took 1.05-1.11x the
+// time of the per-row reads on the H100 (benchmarks/results/h100/NOTES.md §31), and on the
+// H200 rms_norm 1.02-1.12x at bf16 16392-32768, 1.07-1.08x at fp32 8196-16384, 1.06-1.18x
+// with float32 weights on bf16 rows, layer_norm 1.40-1.47x (benchmarks/results/h200/NOTES.md
+// §32), where it had measured 0.89-0.92x against the per-row kernels of the time (§12).
 template <class Op, class Args, int kT, int kV>
-cudaError_t PlanCtaKernel(bool aligned, const DeviceInfo& dev, RowPlan* plan) {
+cudaError_t PlanCtaKernel(bool aligned, RowPlan* plan) {
   constexpr int kHeld = CtaHeldCtas<Op, Args, kT, kV>();
-  if constexpr (kHeld > 0 || CtaParamsExist<Op, Args, kT, kV>()) {
-    int plain = 0, held = 0, kept = 0;
-    const cudaError_t err = aligned ? CtaResidency<Op, Args, kT, kV, true>(&plain, &held, &kept)
-                                    : CtaResidency<Op, Args, kT, kV, false>(&plain, &held, &kept);
+  if constexpr (kHeld > 0) {
+    int plain = 0, held = 0;
+    const cudaError_t err = aligned ? CtaResidency<Op, Args, kT, kV, true>(&plain, &held)
+                                    : CtaResidency<Op, Args, kT, kV, false>(&plain, &held);
     if (err != cudaSuccess) return err;
     if (held > plain) plan->ctas_per_sm = kHeld;
-    const std::optional<ClusterKind> forced = ForcedClusterKind();
-    const bool asked = forced == ClusterKind::kParams ||
-                       (!forced.has_value() && dev.dram_gbps_per_sm >= kKeptParamsGbpsPerSm);
-    if (asked && kept > 0 && aligned &&
-        (forced == ClusterKind::kParams || kept >= std::max(plain, held))) {
-      plan->params_once = true;
-      plan->ctas_per_sm = 0;
-    }
   }
   return cudaSuccess;
 }
@@ -593,9 +555,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
     }
     if (plan->tier == RowTier::kCta && plan->threads == 512) {
       static_assert(kWideCtaThreads == 512, "the wide CTA is one of the CTAs of 512");
-      err = plan->packs == kWideCtaVecs
-                ? PlanCtaKernel<Op, Args, 512, kWideCtaVecs>(aligned, dev, plan)
-                : PlanCtaKernel<Op, Args, 512, kCtaVecs>(aligned, dev, plan);
+      err = plan->packs == kWideCtaVecs ? PlanCtaKernel<Op, Args, 512, kWideCtaVecs>(aligned, plan)
+                                        : PlanCtaKernel<Op, Args, 512, kCtaVecs>(aligned, plan);
       if (err != cudaSuccess) return err;
     }
   }
@@ -694,24 +655,15 @@ cudaError_t LaunchCtaRows(const Args& a, const Op& op, const RowPlan& plan, cuda
   return cudaGetLastError();
 }
 
-// The CTA tier: the kept parameters where planned, else the rows of aligned problems
-// (RowsAligned) on their own kernels. Those carry no head or tail scalars and no bound on every
-// pack. On the H100 (forward, time general ÷ aligned; NOTES.md §43): 16-bit layer_norm 32768
-// (the wide CTA two per SM, whose general kernel spills at 64 registers) 1.078, and with
-// float32 parameters 1.037 / 1.453 / 1.073 at 8192 / 16384 / 32768, rms_norm's 32768 with
-// them 1.046 (its aligned wide CTA takes 60 registers, two per SM); the others 0.99-1.02.
+// The CTA tier: the rows of aligned problems (RowsAligned) on their own kernels. Those carry no
+// head or tail scalars and no bound on every pack. On the H100 (forward, time general ÷ aligned;
+// NOTES.md §43): 16-bit layer_norm 32768 (the wide CTA two per SM, whose general kernel spills at
+// 64 registers) 1.078, and with float32 parameters 1.037 / 1.453 / 1.073 at 8192 / 16384 / 32768,
+// rms_norm's 32768 with them 1.046 (its aligned wide CTA takes 60 registers, two per SM); the
+// others 0.99-1.02.
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
-  if constexpr (CtaParamsExist<Op, Args, kThreads, kVecs>()) {
-    if (plan.params_once) {
-      bool launched = false;
-      const cudaError_t err = LaunchPersistent<CtaParamKernel<Op, Args, kThreads, kVecs>,
-                                               CtaParamSmem<Op, Args, kThreads, kVecs>()>(
-          a.rows, kThreads, stream, &launched, a, op);
-      if (err != cudaSuccess || launched) return err;
-    }
-  }
-  if (plan.params_once) return cudaErrorInvalidConfiguration;  // planned only where it fits
+  if (plan.params_once) return cudaErrorInvalidConfiguration;  // (PlanCtaKernel)
   return RowsAligned(a) ? LaunchCtaRows<Op, Args, kThreads, kVecs, true>(a, op, plan, stream)
                         : LaunchCtaRows<Op, Args, kThreads, kVecs, false>(a, op, plan, stream);
 }
@@ -796,9 +748,8 @@ constexpr bool kStagedWideSums = sizeof(typename Args::InElem) == 4;
 // in phase 3071 0.78 (fp32 2560 holds two CTAs of 320 plain: the same plan;
 // benchmarks/results/h200/NOTES.md §31).
 constexpr int kStagedHeldCtas = 2;
-template <class Args, int kThreads, int kVecs>
-constexpr int StagedHeldCtas() {
-  const bool shape = kVecs == kFusedSumVecs && (kThreads == 320 || kThreads == 384);
+constexpr int StagedHeldCtas(int threads, int vecs) {
+  const bool shape = vecs == kFusedSumVecs && (threads == 320 || threads == 384);
   return shape ? kStagedHeldCtas : 0;
 }
 
@@ -834,7 +785,7 @@ cudaError_t StagedSumCtas(const RowPlan& k, int* plain, int* held) {
     constexpr int kV = decltype(v)::value;
     constexpr size_t kSmem = StagedSumBytes<Args, kT, kV>();
     cudaError_t err = ResidentCtas<StagedSumKernel<Op, Args, kT, kV, kAligned>, kSmem>(kT, plain);
-    constexpr int kHeld = StagedHeldCtas<Args, kT, kV>();
+    constexpr int kHeld = StagedHeldCtas(kT, kV);
     if constexpr (kHeld > 0) {
       constexpr auto kKernel = StagedSumKernel<Op, Args, kT, kV, kAligned, kHeld>;
       if (err == cudaSuccess) err = HeldResidentCtas<kKernel, kSmem>(kT, held);
@@ -951,7 +902,8 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   if (err != cudaSuccess) return err;
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         OperandsInPhase(a), PlanClusters(dev.cc_major), OpTraits<Op>::kWideCta,
-                        OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks);
+                        OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks,
+                        dev.dram_gbps_per_sm);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {
       // Sums in shared memory: where there are chunks for at least 2/3 of the teams the
@@ -1045,8 +997,8 @@ cudaError_t LaunchCtaRowSumsOfTwo(const Args& a, const Op& op, const FusedSumPla
   constexpr size_t kSmem = StagedSumBytes<Args, kThreads, kVecs>();
   bool launched = false;
   cudaError_t err = cudaSuccess;
-  if constexpr (StagedHeldCtas<Args, kThreads, kVecs>() > 0) {
-    constexpr int kHeld = StagedHeldCtas<Args, kThreads, kVecs>();
+  if constexpr (StagedHeldCtas(kThreads, kVecs) > 0) {
+    constexpr int kHeld = StagedHeldCtas(kThreads, kVecs);
     if (plan.kernel.stages == kFusedSumStages && plan.kernel.ctas_per_sm == kHeld) {
       err = LaunchPersistent<StagedSumKernel<Op, Args, kThreads, kVecs, kAligned, kHeld>, kSmem>(
           plan.chunks, dim3(kThreads), stream, &launched, a, op, partial);

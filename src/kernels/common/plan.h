@@ -55,9 +55,6 @@ enum class ClusterKind { kRegisters, kShared, kParams };
 // ROWNORM_CLUSTER_ROWS=registers|shared|params (read at every plan, like ROWNORM_PLAN_AS_N)
 // runs the cluster tier on that kernel where it exists for the op and fits the device, on the
 // register one elsewhere: every path testable on a Hopper, and the A/B of them in one build.
-// The wide CTA's forwards with parameters follow it too: `params` keeps them per CTA where that
-// kernel fits (CtaParamRowKernel), `registers` and `shared` read them in every row
-// (CtaRowKernel; the CTA tier has no shared-memory rows).
 // Unset or empty: PlanRowOp's choice; any other value too, said once on stderr (a measuring
 // tool's knob, read below the op's argument checks).
 inline std::optional<ClusterKind> ForcedClusterKind() {
@@ -132,11 +129,11 @@ constexpr int kStreamingThreads = 512;
 inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kStreamingThreads}; }
 
 // GPUs of at least kKeptParamsGbpsPerSm of DRAM bandwidth per SM (the H200, ~37 GB/s; the
-// H100: 25.4) run the forwards with per-column parameters on the kernels that read those once
-// per CTA wherever these fit (the wide CTA: dispatch.cuh's CtaParamsExist; the clusters:
-// ClusterParamsPerRow): their L2 does not serve the parameters' reads in every row without
-// holding the row back. Below it, reading them in every row is what runs where the kernel
-// keeps enough of the row in flight.
+// H100: 25.4) run the cluster tier's forwards with per-column parameters on the kernel that
+// reads those once per CTA wherever it fits (ClusterParamsPerRow): their L2 does not serve the
+// parameters' reads in every row without holding the row back. Below it, reading them in
+// every row is what runs where the kernel keeps enough of the row in flight. (The CTA tier
+// reads them in every row on both: dispatch.cuh's PlanCtaKernel.)
 constexpr float kKeptParamsGbpsPerSm = 30.0f;
 
 // Whether the cluster tier's forwards with per-column parameters read them in every row (the
@@ -377,19 +374,26 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
 //   131072 0.94x (16 CTAs); fp32 on 16 CTAs of 256 0.97-1.00x, on 2-8 CTAs 1.015-1.07x (not).
 // - two sums of 16-bit rows that fill at most 3/4 of the other teams: 12288 on the 512 x 4 CTA
 //   0.92x, 24576 on 2 CTAs of 256 x 8 0.92x, where full rows (16384, 32768) took 1.00-1.03x.
+// - on GPUs of at least kFullRowPrefetchGbpsPerSm of DRAM bandwidth per SM (the H200, ~37 GB/s
+//   per SM; benchmarks/results/h200/NOTES.md §32), full 16-bit rows of two sums too: layer_norm
+//   bf16 14336 / 16384 0.93 / 0.89x, 28672 / 32768 0.93 / 0.94x; and fp32 two sums on 8-CTA
+//   clusters: 49152 / 65536 0.94 / 0.96x, where on 2 and 4 CTAs they took 0.98-1.05x.
 // - one sum elsewhere: rms_norm bf16 0.97-1.09x (40000 gained, full rows lost), fp32 1.06-1.08x.
 // The kernels of the teams for which it may hold are compiled with the prefetch
 // (SliceMayPrefetchNextRow); the others' code has none.
+constexpr float kFullRowPrefetchGbpsPerSm = 30.0f;
 constexpr bool SliceMayPrefetchNextRow(int threads, int packs, int cluster, int column_sums) {
   return column_sums == 2 || (cluster == 16 && threads == 512 && packs == kClusterHalfVecs);
 }
 constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int vec, int elem_size,
-                                      int column_sums, int64_t n) {
+                                      int column_sums, int64_t n, float dram_gbps_per_sm) {
   if (!SliceMayPrefetchNextRow(threads, packs, cluster, column_sums)) return false;
   const bool half_packs = cluster > 1 && packs == kClusterHalfVecs && elem_size < 4;
   if (column_sums == 1 || cluster == 16 || half_packs) return true;
+  const bool fast_dram = dram_gbps_per_sm >= kFullRowPrefetchGbpsPerSm;
+  if (elem_size == 4) return cluster == 8 && fast_dram;
   const int64_t team = int64_t{threads} * packs * vec * std::max(cluster, 1);
-  return elem_size < 4 && 4 * n <= 3 * team;
+  return 4 * n <= 3 * team || fast_dram;
 }
 
 struct FusedSumPlan {
@@ -447,11 +451,11 @@ constexpr bool FillsTwoPackCtas(int column_sums, int row_inputs, int elem_size) 
 // sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
 // multiple of the pack width; `in_phase`: each row starts at the same offset from 16 bytes in
-// every operand (PhasedSumPlan).
+// every operand (PhasedSumPlan); `dram_gbps_per_sm`: the device's (SlicePrefetchesNextRow).
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool in_phase, bool clusters,
                                                  bool wide_cta, int column_sums, int row_inputs,
-                                                 int cluster_packs = kClusterVecs) {
+                                                 int cluster_packs, float dram_gbps_per_sm) {
   const int vec = PackWidth(elem_size);
   const bool whole = aligned && n % vec == 0;
   if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || !(whole || in_phase) ||
@@ -472,8 +476,9 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     k.params_once = true;
     FusedSumPlan fused = chunked(k, kSliceChunkBytes / elem_size);
     // (the bulk prefetch needs sm_90, as the clusters do)
-    fused.prefetch_next_row = clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec,
-                                                                 elem_size, column_sums, n);
+    fused.prefetch_next_row =
+        clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec, elem_size,
+                                           column_sums, n, dram_gbps_per_sm);
     return fused;
   }
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/

@@ -710,27 +710,6 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads>
 using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
                                   AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
 
-// Forwards with per-column parameters (OpTraits::kColumnParams, no column sums) on the CTA
-// tier's aligned rows: a persistent grid of the CTAs the device holds at once, CTA b running
-// rows b, b + gridDim.x, ..., whose threads copy their columns' parameters once into dynamic
-// shared memory (ParamSlicesOf) instead of reading them from L2 in every row, as
-// ClusterParamRowKernel does for the cluster tier. Read per row, a 16-bit weight is as many
-// bytes from L2 as x itself (benchmarks/results/h200/NOTES.md §12 has what that cost on the
-// H200). The same packs and order of operations as CtaRowKernel: the same bits.
-template <class Op, class Args, int kVec, int kVecs, int kThreads>
-__global__ void __launch_bounds__(kThreads) CtaParamRowKernel(const Args args, const Op op) {
-  using Slices = ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>;
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, true, Slices>;
-  __shared__ BlockReduceStorage<kThreads> storage;
-  CtaTeam<kThreads> team{storage};
-  auto& kept = *reinterpret_cast<Slices*>(DynamicSharedMemory());
-  kept.Fill(op.ColumnParams(), threadIdx.x, 0, args.n / kVec);
-  for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
-    Row r(team, args, row, true, &kept);
-    op(r);
-  }
-}
-
 // The rows of a problem in phase (plan.h's PhasedSumPlan) class by class: position u of
 // [0, rows) is row q + kVec·i of class q, the classes' rows in order, class 0's first. A
 // persistent team running positions c, c + teams, ... meets at most kVec classes.
