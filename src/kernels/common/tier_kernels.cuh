@@ -35,7 +35,8 @@ namespace rownorm {
 
 #if defined(__CUDACC__)
 
-template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads>
+// With kAligned, the rows of aligned problems (plan.h's RowsAligned), as CtaRows'.
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, bool kAligned>
 __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, const Op op) {
   static_assert(kCtaThreads % kWarpSize == 0 && kWarpSize % kWidth == 0, "bad group shape");
   constexpr int kRowsPerCta = kCtaThreads / kWidth;
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
     const int64_t row = base + group;
-    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>> r(team, args, row, row < args.rows);
+    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows);
     op(r);
   }
 }
