@@ -630,20 +630,23 @@ cudaError_t LaunchStreamingRow(const Args& a, const Op& op, cudaStream_t stream)
 // The group tier, the rows of aligned problems (RowsAligned) on their own kernel, as the CTA
 // tier's (LaunchCtaRow): on the H200 the group kernels are issue-bound (ncu, bf16 512: 87% of
 // the issue slots for layer_norm, 77% for rms_norm; benchmarks/results/h200/NOTES.md §32), and
-// aligned rows carry no head or tail scalars to place.
+// aligned rows carry no head or tail scalars to place. Not mixed problems (the float32
+// residual stream): the aligned kernel of its backward spilled on 32 lanes x 8 packs.
 template <class Op, class Args, int kWidth, int kVecs = kGroupVecs>
 cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
   constexpr int kRowsPerCta = kGroupCtaThreads / kWidth;
   const unsigned grid = GridFor((a.rows + kRowsPerCta - 1) / kRowsPerCta);
-  if (RowsAligned(a)) {
-    GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kGroupCtaThreads, true>
-        <<<grid, kGroupCtaThreads, 0, stream>>>(a, op);
-  } else {
-    GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kGroupCtaThreads, false>
-        <<<grid, kGroupCtaThreads, 0, stream>>>(a, op);
+  if constexpr (!Args::kMixed) {
+    if (RowsAligned(a)) {
+      GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kGroupCtaThreads, true>
+          <<<grid, kGroupCtaThreads, 0, stream>>>(a, op);
+      return cudaGetLastError();
+    }
   }
+  GroupRowKernel<Op, Args, kVec, kVecs, kWidth, kGroupCtaThreads, false>
+      <<<grid, kGroupCtaThreads, 0, stream>>>(a, op);
   return cudaGetLastError();
 }
 
