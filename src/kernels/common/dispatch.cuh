@@ -630,8 +630,9 @@ cudaError_t LaunchStreamingRow(const Args& a, const Op& op, cudaStream_t stream)
 // The group tier, the rows of aligned problems (RowsAligned) on their own kernel, as the CTA
 // tier's (LaunchCtaRow): on the H200 the group kernels are issue-bound (ncu, bf16 512: 87% of
 // the issue slots for layer_norm, 77% for rms_norm; benchmarks/results/h200/NOTES.md §32), and
-// aligned rows carry no head or tail scalars to place. Not mixed problems (the float32
-// residual stream): the aligned kernel of its backward spilled on 32 lanes x 8 packs.
+// aligned rows carry no head or tail scalars to place: layer_norm's bf16 forward at 256-1024
+// took 0.95x the time, the others 0.98-1.01x (H200, the same bits). Not mixed problems (the
+// float32 residual stream): the aligned kernel of its backward spilled on 32 lanes x 8 packs.
 template <class Op, class Args, int kWidth, int kVecs = kGroupVecs>
 cudaError_t LaunchGroupRow(const Args& a, const Op& op, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;

@@ -104,9 +104,8 @@ struct RowPlan {
   int cluster = 0;  // kCluster: CTAs per row
   int packs = 0;    // kGroup / kCta / kCluster: packs per thread held in registers
   int stages = 0;   // rows in flight ahead of the current one (set by the launcher's planning)
-  bool params_once = false;  // the parameters read once per CTA: the CTA and cluster tiers'
-                             // forwards (the launcher's choice), SliceRowSumsKernel
-                             // (PlanFusedSums)
+  bool params_once = false;  // the parameters read once per CTA: the cluster tier's forwards
+                             // (the launcher's choice), SliceRowSumsKernel (PlanFusedSums)
   int ctas_per_sm = 0;       // kCta: held to the registers of that many CTAs per SM (the launcher's
                              // choice: OpTraits::CtaCtasPerSm); 0: as ptxas allocates
 };
