@@ -677,7 +677,7 @@ cudaError_t LaunchCtaRows(const Args& a, const Op& op, const RowPlan& plan, cuda
 // others 0.99-1.02.
 template <class Op, class Args, int kThreads, int kVecs = kCtaVecs>
 cudaError_t LaunchCtaRow(const Args& a, const Op& op, const RowPlan& plan, cudaStream_t stream) {
-  if (plan.params_once) return cudaErrorInvalidConfiguration;  // (PlanCtaKernel)
+  if (plan.params_once) return cudaErrorInvalidConfiguration;  // a plan PlanCtaKernel never makes
   return RowsAligned(a) ? LaunchCtaRows<Op, Args, kThreads, kVecs, true>(a, op, plan, stream)
                         : LaunchCtaRows<Op, Args, kThreads, kVecs, false>(a, op, plan, stream);
 }
