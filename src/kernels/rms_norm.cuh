@@ -147,6 +147,7 @@ struct RmsNormBwdOp {
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
+    const Acc inv_n = Acc(1) / n;  // hoisted out of the kernels' row loops (layer_norm.cuh)
     const auto params = ColumnParams();
     const Array<Acc, 2> s = ReduceWith(
         row, SumOp{},
@@ -155,12 +156,12 @@ struct RmsNormBwdOp {
         },
         params);
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
-    const Acc c = r * r * s[1] / n;
+    const Acc c = r * r * s[1] * inv_n;
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = Acc(0);
       stats[2 * row.Index() + 1] = r;
     }
-    StoreWith(
+    StoreWithColumns(
         row,
         [r, c](const Acc* v, int64_t, const Acc* w) {
           const Acc dx = r * (v[1] * w[0] - v[0] * c);
@@ -170,10 +171,7 @@ struct RmsNormBwdOp {
             return dx;
           }
         },
-        params);
-    if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
-      row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
-    }
+        params, [r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
   }
 };
 

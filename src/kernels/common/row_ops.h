@@ -175,4 +175,16 @@ ROWNORM_HOST_DEVICE void StoreWith(Row& row, F f, const PS& ps) {
   }
 }
 
+// StoreWith(row, f, ps) and, where the row accumulates column sums (`sums` not a NoColumnSums*:
+// the fused parameter-gradient kernels), row.AddColumns(c, sums), in one pass over the row
+// where the view has one (CachedRow::StoreWithColumns).
+template <class Row, class F, class PS, class C, class Sums>
+ROWNORM_HOST_DEVICE void StoreWithColumns(Row& row, F f, const PS& ps, C c, Sums* sums) {
+  if constexpr (std::is_same_v<Sums, NoColumnSums>) {
+    StoreWith(row, f, ps);
+  } else {
+    row.StoreWithColumns(f, ps, c, sums);
+  }
+}
+
 }  // namespace rownorm
