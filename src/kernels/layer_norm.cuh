@@ -158,9 +158,6 @@ struct LayerNormBwdOp {
 
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
-    // 1/n, hoisted out of the kernels' row loops: two divisions a row were about 20 of the 570
-    // instructions a thread of the staged backward runs per row at bf16 8192
-    const Acc inv_n = Acc(1) / static_cast<Acc>(row.Size());
     const auto params = ColumnParams();
     // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
     const int64_t at = row.Valid() ? 2 * row.Index() : 0;
@@ -174,6 +171,10 @@ struct LayerNormBwdOp {
           return Array<Acc, 2>{{g, (v[0] - mu) * g}};
         },
         params);
+    // One division a row, not two (about ten instructions a thread each), and none where the
+    // compiler hoists it out of a persistent kernel's row loop. Taken before the reduce, 1/n
+    // held a register across it and made kernels without column sums spill (ptxas -v).
+    const Acc inv_n = Acc(1) / static_cast<Acc>(row.Size());
     const Acc mean_g = s[0] * inv_n;
     const Acc c = r * r * s[1] * inv_n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
     StoreWithColumns(

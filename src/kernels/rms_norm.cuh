@@ -147,7 +147,6 @@ struct RmsNormBwdOp {
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
     const Acc n = static_cast<Acc>(row.Size());
-    const Acc inv_n = Acc(1) / n;  // hoisted out of the kernels' row loops (layer_norm.cuh)
     const auto params = ColumnParams();
     const Array<Acc, 2> s = ReduceWith(
         row, SumOp{},
@@ -156,7 +155,7 @@ struct RmsNormBwdOp {
         },
         params);
     const Acc r = Acc(1) / Sqrt(s[0] / n + eps);
-    const Acc c = r * r * s[1] * inv_n;
+    const Acc c = r * r * s[1] / n;
     if (stats != nullptr && row.Leader()) {
       stats[2 * row.Index()] = Acc(0);
       stats[2 * row.Index() + 1] = r;
