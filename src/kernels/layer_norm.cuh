@@ -27,8 +27,6 @@
 // does: its second all-reduce was a second barrier between the loads and the stores.
 #pragma once
 
-#include <type_traits>
-
 #include "kernels/common/row_ops.h"
 
 namespace rownorm {
@@ -158,6 +156,7 @@ struct LayerNormBwdOp {
 
   template <class Row, class Sums>
   ROWNORM_HOST_DEVICE void operator()(Row& row, Sums* sums) const {
+    const Acc n = static_cast<Acc>(row.Size());
     const auto params = ColumnParams();
     // A row past the end (a group's or a strided tile's spare lanes) reads row 0's pair.
     const int64_t at = row.Valid() ? 2 * row.Index() : 0;
@@ -171,12 +170,13 @@ struct LayerNormBwdOp {
           return Array<Acc, 2>{{g, (v[0] - mu) * g}};
         },
         params);
-    // One division a row, not two (about ten instructions a thread each), and none where the
-    // compiler hoists it out of a persistent kernel's row loop. Taken before the reduce, 1/n
-    // held a register across it and made kernels without column sums spill (ptxas -v).
-    const Acc inv_n = Acc(1) / static_cast<Acc>(row.Size());
-    const Acc mean_g = s[0] * inv_n;
-    const Acc c = r * r * s[1] * inv_n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
+    const Acc mean_g = s[0] / n;
+    const Acc c = r * r * s[1] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
+    // dx and the column sums in one pass over the row (row_ops.h): x − μ and each element's
+    // conversions made once. H200, fwd+bwd with every gradient, time ÷ two passes: bf16
+    // 1024-131072 0.94-0.98 (benchmarks/results/h200/NOTES.md §33). rms_norm's backward keeps
+    // two passes: its store and its sum share no term, and fused, its held CTA kernels spilled
+    // and took 1.01-1.04x.
     StoreWithColumns(
         row,
         [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* w) {

@@ -160,7 +160,7 @@ struct RmsNormBwdOp {
       stats[2 * row.Index()] = Acc(0);
       stats[2 * row.Index() + 1] = r;
     }
-    StoreWithColumns(
+    StoreWith(
         row,
         [r, c](const Acc* v, int64_t, const Acc* w) {
           const Acc dx = r * (v[1] * w[0] - v[0] * c);
@@ -170,7 +170,10 @@ struct RmsNormBwdOp {
             return dx;
           }
         },
-        params, [r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
+        params);
+    if constexpr (!std::is_same_v<Sums, NoColumnSums>) {
+      row.AddColumns([r](const Acc* v, int64_t) { return Array<Acc, 1>{{v[1] * v[0] * r}}; }, sums);
+    }
   }
 };
 

@@ -121,20 +121,10 @@ ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storag
     const int warp = threadIdx.x / kWarpSize;
     if (lane == 0) *reinterpret_cast<V*>(storage.bytes[parity][warp]) = v;
     __syncthreads();
-    // The warps' partials added kLanes lanes at a time: lane l adds the kPer slots from
-    // (l mod kLanes)·kPer, then a butterfly over the kLanes lanes (the same bits in every lane:
-    // each step adds the same two values in both lanes of a pair). Every lane adding all
-    // kWarps slots ran kWarps loads and kWarps − 1 adds per value: at 16 warps and two sums
-    // (layer_norm's backward) 46 instructions a thread against 18, in kernels that are
-    // issue-bound (h200/NOTES.md §32).
-    constexpr int kLanes = kWarps >= 8 ? 4 : 1;
-    constexpr int kPer = kWarps / kLanes;
-    const int from = (lane % kLanes) * kPer;
-    v = *reinterpret_cast<const V*>(storage.bytes[parity][from]);
+    v = *reinterpret_cast<const V*>(storage.bytes[parity][0]);
 #pragma unroll
-    for (int w = 1; w < kPer; ++w)
-      v = op(v, *reinterpret_cast<const V*>(storage.bytes[parity][from + w]));
-    if constexpr (kLanes > 1) v = WarpAllReduce<kLanes>(v, op);
+    for (int w = 1; w < kWarps; ++w)
+      v = op(v, *reinterpret_cast<const V*>(storage.bytes[parity][w]));
     parity ^= 1;
   }
   return v;
