@@ -881,16 +881,18 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   }
 
   // StoreWith(f, ps) and AddColumns(c, sums) in one pass over the packs (StoreWithColumns in
-  // row_ops.h), on aligned rows whose parameters come a pack at a time and whose problem is
-  // not mixed (else the two passes): each element converted once, and the terms f and c share
-  // (layer_norm's x − μ) computed once. Two passes converted every pack twice and left
-  // layer_norm's staged backward, bf16 8192, at 35.6 warp instructions per element
-  // (h200/NOTES.md §32). The same values in the same order, so the same sums. Rows in phase
-  // keep two passes: fused, the frame of the 384-thread staged kernel held to two CTAs per SM
-  // passed dispatch.cuh's kMaxHeldLocalBytes, and layer_norm bf16 6141 lost its held plan.
+  // row_ops.h), on aligned rows of a CTA or a cluster whose parameters come a pack at a time
+  // and whose problem is not mixed (else the two passes): each element converted once, and
+  // the terms f and c share (layer_norm's x − μ) computed once. Two passes converted every
+  // pack twice and left layer_norm's staged backward, bf16 8192, at 35.6 warp instructions
+  // per element (h200/NOTES.md §32). The same values in the same order, so the same sums.
+  // Two passes stay where fused measured worse: rows in phase (the frame of the 384-thread
+  // staged kernel held to two CTAs per SM passed dispatch.cuh's kMaxHeldLocalBytes, and
+  // layer_norm bf16 6141 lost its held plan) and the group tier's rows of a warp or less
+  // (layer_norm bf16 256-1024 1.03-1.05x the time; h200/NOTES.md §33).
   template <typename F, class PS, typename C, class Sums>
   ROWNORM_DEVICE void StoreWithColumns(F f, const PS& ps, C c, Sums* sums) {
-    if constexpr (Args::kMixed || !kAligned) {
+    if constexpr (Args::kMixed || !kAligned || Team::kThreads <= kWarpSize) {
       this->StoreWith(f, ps);
       AddColumns(c, sums);
     } else {
