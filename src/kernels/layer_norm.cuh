@@ -172,11 +172,11 @@ struct LayerNormBwdOp {
         params);
     const Acc mean_g = s[0] / n;
     const Acc c = r * r * s[1] / n;  // mean(ŷ⊙g)·r: multiplies (x − μ)
-    // dx and the column sums in one pass over the row (row_ops.h): x − μ and each element's
-    // conversions made once. H200, fwd+bwd with every gradient, time ÷ two passes: bf16
-    // 1024-131072 0.94-0.98 (benchmarks/results/h200/NOTES.md §33). rms_norm's backward keeps
-    // two passes: its store and its sum share no term, and fused, its held CTA kernels spilled
-    // and took 1.01-1.04x.
+    // dx and the column sums in one pass over the row where the row view has it (row_ops.h):
+    // x − μ and each element's conversions made once. H200, fwd+bwd with every gradient, time
+    // ÷ two passes: bf16 2048-262144 0.94-1.00, fp32 65536 0.92 (benchmarks/results/h200/
+    // NOTES.md §33). rms_norm's backward keeps two passes: its store and its sum share no
+    // term, and fused, its held CTA sums kernels spilled and took 1.01-1.04x.
     StoreWithColumns(
         row,
         [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* w) {

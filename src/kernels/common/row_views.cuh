@@ -698,6 +698,13 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   static constexpr bool kOneRound = Team::kSlices > 1;  // an all-reduce crosses the cluster
   static constexpr bool kPackedParams = true;
   static constexpr bool kSharedParams = kParamsCached;
+  // StoreWithColumns in one pass: aligned rows (no head or tail scalars) of a problem of one
+  // storage type, on a CTA or a cluster. Two passes stay where fused measured worse: rows in
+  // phase (the frame of the 384-thread staged kernel held to two CTAs per SM passed
+  // dispatch.cuh's kMaxHeldLocalBytes, and layer_norm bf16 6141 lost its held plan) and the
+  // group tier's rows of a warp or less (layer_norm bf16 256-1024 1.03-1.05x the time;
+  // h200/NOTES.md §33).
+  static constexpr bool kFusesColumns = kAligned && !Args::kMixed && Team::kThreads > kWarpSize;
 
   // What a cached row holds: its loads, issued apart from the view by Load so that a kernel
   // can have the next row's in flight while it reduces this one (CtaRowSumsKernel).
@@ -877,65 +884,6 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
       }
       sums->Add(k, team_.ThreadRank(), a);
     });
-    AddScalarColumns(f, sums);
-  }
-
-  // StoreWith(f, ps) and AddColumns(c, sums) in one pass over the packs (StoreWithColumns in
-  // row_ops.h), on aligned rows of a CTA or a cluster whose parameters come a pack at a time
-  // and whose problem is not mixed (else the two passes): each element converted once, and
-  // the terms f and c share (layer_norm's x − μ) computed once. Two passes converted every
-  // pack twice and left layer_norm's staged backward, bf16 8192, at 35.6 warp instructions
-  // per element (h200/NOTES.md §32). The same values in the same order, so the same sums.
-  // Two passes stay where fused measured worse: rows in phase (the frame of the 384-thread
-  // staged kernel held to two CTAs per SM passed dispatch.cuh's kMaxHeldLocalBytes, and
-  // layer_norm bf16 6141 lost its held plan) and the group tier's rows of a warp or less
-  // (layer_norm bf16 256-1024 1.03-1.05x the time; h200/NOTES.md §33).
-  template <typename F, class PS, typename C, class Sums>
-  ROWNORM_DEVICE void StoreWithColumns(F f, const PS& ps, C c, Sums* sums) {
-    if constexpr (Args::kMixed || !kAligned || Team::kThreads <= kWarpSize) {
-      this->StoreWith(f, ps);
-      AddColumns(c, sums);
-    } else {
-      if (sums == nullptr || !ParamsPackable(ps)) {
-        this->StoreWith(f, ps);
-        AddColumns(c, sums);
-        return;
-      }
-      constexpr int K = PS::kCount;
-      constexpr int kK = Sums::kCount;
-      TOut* out = this->out_[0];
-      ForEachPack([&](int k, const InPacks& p, int64_t col0) {
-        Acc pv[K][kVec];
-        ParamPack<false>(ps, k, col0, pv);
-        Pack<TOut, kVec> o;
-        Acc a[kK][kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          Acc x[kIn];
-#pragma unroll
-          for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
-          Acc pe[K];
-#pragma unroll
-          for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
-          o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
-          const Array<Acc, kK> v = c(static_cast<const Acc*>(x), col0 + e);
-#pragma unroll
-          for (int j = 0; j < kK; ++j) a[j][e] = v[j];
-        }
-        o.Store(out + col0);
-        sums->Add(k, team_.ThreadRank(), a);
-      });
-      const auto g = WithParams<Acc>(f, ps);
-      this->ForEachScalar([&](const Acc* x, int64_t col) {
-        out[col] = FromAcc<TOut>(static_cast<AccType<TOut>>(g(x, col)));
-      });
-      AddScalarColumns(c, sums);
-    }
-  }
-
-  // AddColumns' head and tail scalars (rows not kAligned).
-  template <typename F, class Sums>
-  ROWNORM_DEVICE void AddScalarColumns(F f, Sums* sums) {
     if constexpr (!kAligned) {
       Acc x[kIn];
       if (own_.head_col >= 0) {
@@ -947,6 +895,47 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
         sums->template AddScalar<1>(f(static_cast<const Acc*>(x), own_.tail_col));
       }
     }
+  }
+
+  // StoreWith(f, ps) and AddColumns(c, sums) in one pass over the packs (StoreWithColumns in
+  // row_ops.h) where kFusesColumns and the parameters come a pack at a time (else the two
+  // passes): each element converted once, and the terms f and c share (layer_norm's x − μ)
+  // computed once. Two passes converted every pack twice and left layer_norm's staged
+  // backward, bf16 8192, at 35.6 warp instructions per element (h200/NOTES.md §32). The same
+  // values in the same order, so the same sums.
+  template <typename F, class PS, typename C, class Sums>
+  ROWNORM_DEVICE void StoreWithColumns(F f, const PS& ps, C c, Sums* sums) {
+    if constexpr (kFusesColumns) {
+      if (sums != nullptr && ParamsPackable(ps)) {
+        constexpr int K = PS::kCount;
+        constexpr int kK = Sums::kCount;
+        TOut* out = this->out_[0];
+        ForEachPack([&](int k, const InPacks& p, int64_t col0) {
+          Acc pv[K][kVec];
+          ParamPack<false>(ps, k, col0, pv);
+          Pack<TOut, kVec> o;
+          Acc a[kK][kVec];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            Acc x[kIn];
+#pragma unroll
+            for (int i = 0; i < kIn; ++i) x[i] = p[i].Get(e);
+            Acc pe[K];
+#pragma unroll
+            for (int j = 0; j < K; ++j) pe[j] = pv[j][e];
+            o.Set(e, static_cast<AccType<TOut>>(f(static_cast<const Acc*>(x), col0 + e, pe)));
+            const Array<Acc, kK> v = c(static_cast<const Acc*>(x), col0 + e);
+#pragma unroll
+            for (int j = 0; j < kK; ++j) a[j][e] = v[j];
+          }
+          o.Store(out + col0);
+          sums->Add(k, team_.ThreadRank(), a);
+        });
+        return;
+      }
+    }
+    this->StoreWith(f, ps);
+    AddColumns(c, sums);
   }
 
   // Primitives (see the top of this file).
