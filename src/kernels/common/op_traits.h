@@ -99,7 +99,9 @@
 //
 // kColumnSums = K > 0: the op also has `operator()(Row& row, Sums* sums)` that adds K per-column
 // sums over its rows with row.AddColumns(f, sums) (f(x, col) -> Array<Acc, K>; fused parameter
-// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere), and
+// gradients, where the tier supports it; `sums` is a NoColumnSums* elsewhere), or with
+// StoreWithColumns(row, f, ps, c, sums) (row_ops.h: StoreWith and AddColumns in one pass over
+// the row where the row view has one; layer_norm's backward), and
 // `ColumnParams()`, the ParamList its body reads with ReduceWith and StoreWith: the fused
 // kernels read those parameters once per CTA into shared memory (ParamCache, row_views.cuh),
 // and their rows hand them to ReduceWith and StoreWith from there.
