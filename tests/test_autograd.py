@@ -229,13 +229,14 @@ def test_slice_param_grads(op_id, dtype):
         rows, plan = _fewest_fused_rows(OPS[op_id].name, n, dtype, 64, lambda r: r * 3 // 2)
         # plan.h, SlicePrefetchesNextRow: which teams bring their next row into L2 (sm_90+)
         cluster = plan.cluster or 1
-        if OPS[op_id].name != "layer_norm":  # one column sum
-            prefetch = cluster == 16 and plan.threads == 512 and plan.packs == 4
+        # on GPUs of >= 30 GB/s of DRAM bandwidth per SM (the H200), more teams
+        fast = dram_gbps_per_sm() >= 30
+        if OPS[op_id].name != "layer_norm":  # one column sum: 4-pack clusters
+            wide = cluster == 16 and plan.threads == 512
+            prefetch = cluster > 1 and plan.packs == 4 and (wide or fast)
         else:
             team = plan.threads * plan.packs * vec * cluster
-            # full 16-bit rows and fp32 ones on 8 CTAs too on GPUs of >= 30 GB/s of DRAM
-            # bandwidth per SM (the H200)
-            fast = dram_gbps_per_sm() >= 30
+            # full 16-bit rows and fp32 ones on 8 CTAs too where fast
             if elem == 2:
                 full = 4 * n > 3 * team
                 prefetch = cluster == 16 or cluster > 1 and plan.packs == 4 or not full or fast

@@ -378,18 +378,24 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
 //   bf16 14336 / 16384 0.93 / 0.89x, 28672 / 32768 0.93 / 0.94x; and fp32 two sums on 8-CTA
 //   clusters: 49152 / 65536 0.94 / 0.96x, where on 2 and 4 CTAs they took 0.98-1.05x.
 // - one sum elsewhere: rms_norm bf16 0.97-1.09x (40000 gained, full rows lost), fp32 1.06-1.08x.
+//   On GPUs of at least kFullRowPrefetchGbpsPerSm, one sum (rms_norm's 16-bit rows) on the
+//   4-pack clusters of 8 and 16 CTAs of 256 too: bf16 49152 / 65536 0.95 / 0.98x (8 CTAs),
+//   81920-131072 0.94-0.95x (16 CTAs); not one sum on 8-pack clusters, where it lost there as
+//   well: rms_norm fp32 1.01-1.06x, add_rms_norm 1.05-1.09x on 2 and 4 CTAs and 0.98-0.99x on
+//   8 and 16 (benchmarks/results/h200/NOTES.md §34).
 // The kernels of the teams for which it may hold are compiled with the prefetch
 // (SliceMayPrefetchNextRow); the others' code has none.
 constexpr float kFullRowPrefetchGbpsPerSm = 30.0f;
 constexpr bool SliceMayPrefetchNextRow(int threads, int packs, int cluster, int column_sums) {
-  return column_sums == 2 || (cluster == 16 && threads == 512 && packs == kClusterHalfVecs);
+  return column_sums == 2 || (cluster > 1 && packs == kClusterHalfVecs);
 }
 constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int vec, int elem_size,
                                       int column_sums, int64_t n, float dram_gbps_per_sm) {
   if (!SliceMayPrefetchNextRow(threads, packs, cluster, column_sums)) return false;
-  const bool half_packs = cluster > 1 && packs == kClusterHalfVecs && elem_size < 4;
-  if (column_sums == 1 || cluster == 16 || half_packs) return true;
   const bool fast_dram = dram_gbps_per_sm >= kFullRowPrefetchGbpsPerSm;
+  if (column_sums == 1) return (cluster == 16 && threads == 512) || fast_dram;
+  const bool half_packs = cluster > 1 && packs == kClusterHalfVecs && elem_size < 4;
+  if (cluster == 16 || half_packs) return true;
   if (elem_size == 4) return cluster == 8 && fast_dram;
   const int64_t team = int64_t{threads} * packs * vec * std::max(cluster, 1);
   return 4 * n <= 3 * team || fast_dram;
