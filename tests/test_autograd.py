@@ -231,9 +231,10 @@ def test_slice_param_grads(op_id, dtype):
         cluster = plan.cluster or 1
         # on GPUs of >= 30 GB/s of DRAM bandwidth per SM (the H200), more teams
         fast = dram_gbps_per_sm() >= 30
-        if OPS[op_id].name != "layer_norm":  # one column sum: 4-pack clusters
+        if OPS[op_id].name != "layer_norm":  # one column sum: 4-pack clusters, 16-bit wide CTA
             wide = cluster == 16 and plan.threads == 512
-            prefetch = cluster > 1 and plan.packs == 4 and (wide or fast)
+            wide_cta = cluster == 1 and plan.threads == 512 and plan.packs == 8 and elem == 2
+            prefetch = cluster > 1 and plan.packs == 4 and (wide or fast) or wide_cta and fast
         else:
             team = plan.threads * plan.packs * vec * cluster
             # full 16-bit rows and fp32 ones on 8 CTAs too where fast

@@ -382,16 +382,21 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
 //   4-pack clusters of 8 and 16 CTAs of 256 too: bf16 49152 / 65536 0.95 / 0.98x (8 CTAs),
 //   81920-131072 0.94-0.95x (16 CTAs); not one sum on 8-pack clusters, where it lost there as
 //   well: rms_norm fp32 1.01-1.06x, add_rms_norm 1.05-1.09x on 2 and 4 CTAs and 0.98-0.99x on
-//   8 and 16 (benchmarks/results/h200/NOTES.md §34).
+//   8 and 16 (benchmarks/results/h200/NOTES.md §34); and on the 16-bit wide CTA (512 x 8
+//   packs, 16385-32768): bf16 20480 / 24576 / 32767 0.93 / 0.94 / 0.93x, 32768 0.97-0.99x
+//   (§35). Not fp32's wide CTA (1.03-1.04x) nor the 512 x 4 CTA (0.91-1.04x, no pattern).
 // The kernels of the teams for which it may hold are compiled with the prefetch
-// (SliceMayPrefetchNextRow); the others' code has none.
+// (SliceMayPrefetchNextRow: teams of `vec`-element packs); the others' code has none.
 constexpr float kFullRowPrefetchGbpsPerSm = 30.0f;
-constexpr bool SliceMayPrefetchNextRow(int threads, int packs, int cluster, int column_sums) {
-  return column_sums == 2 || (cluster > 1 && packs == kClusterHalfVecs);
+constexpr bool SliceMayPrefetchNextRow(int threads, int packs, int cluster, int vec,
+                                       int column_sums) {
+  const bool wide_cta_16bit =
+      cluster <= 1 && threads == kWideCtaThreads && packs == kWideCtaVecs && vec == 8;
+  return column_sums == 2 || (cluster > 1 && packs == kClusterHalfVecs) || wide_cta_16bit;
 }
 constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int vec, int elem_size,
                                       int column_sums, int64_t n, float dram_gbps_per_sm) {
-  if (!SliceMayPrefetchNextRow(threads, packs, cluster, column_sums)) return false;
+  if (!SliceMayPrefetchNextRow(threads, packs, cluster, vec, column_sums)) return false;
   const bool fast_dram = dram_gbps_per_sm >= kFullRowPrefetchGbpsPerSm;
   if (column_sums == 1) return (cluster == 16 && threads == 512) || fast_dram;
   const bool half_packs = cluster > 1 && packs == kClusterHalfVecs && elem_size < 4;

@@ -882,7 +882,8 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
     }
     for (int64_t row = first; row < last; row += kVec) {
       Row r(team, args, row, true, &slices);
-      if constexpr (SliceMayPrefetchNextRow(Team::kThreads, kVecs, kCluster, Op::kColumnSums)) {
+      if constexpr (SliceMayPrefetchNextRow(Team::kThreads, kVecs, kCluster, kVec,
+                                            Op::kColumnSums)) {
         if (prefetch_next_row) {
           // the team's next row: this chunk's, else the first of its next chunk
           const int64_t next = row + kVec < last ? row + kVec
@@ -931,7 +932,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
       const int64_t last = min(args.rows, (c + 1) * chunk_rows);
       for (int64_t row = c * chunk_rows; row < last; ++row) {
         Row r(team, args, row, true, &slices);
-        if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, Op::kColumnSums)) {
+        if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, kVec, Op::kColumnSums)) {
           if (prefetch_next_row) {
             // the team's next row: this chunk's, else the first of its next chunk
             const int64_t next = row + 1 < last       ? row + 1
