@@ -383,8 +383,9 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
 //   81920-131072 0.94-0.95x (16 CTAs); not one sum on 8-pack clusters, where it lost there as
 //   well: rms_norm fp32 1.01-1.06x, add_rms_norm 1.05-1.09x on 2 and 4 CTAs and 0.98-0.99x on
 //   8 and 16 (benchmarks/results/h200/NOTES.md §34); and on the 16-bit wide CTA (512 x 8
-//   packs, 16385-32768): bf16 20480 / 24576 / 32767 0.93 / 0.94 / 0.93x, 32768 0.97-0.99x
-//   (§35). Not fp32's wide CTA (1.03-1.04x) nor the 512 x 4 CTA (0.91-1.04x, no pattern).
+//   packs, 16385-32768): bf16 18432-24576 0.90-0.95x, 28672 / 32767 / 32768 0.98 / 0.94 /
+//   0.98x, fp16 24576 / 32768 0.94 / 1.00x (§34). Not fp32's wide CTA (1.03-1.04x) nor the
+//   512 x 4 CTA (0.91-1.04x, no pattern).
 // The kernels of the teams for which it may hold are compiled with the prefetch
 // (SliceMayPrefetchNextRow: teams of `vec`-element packs); the others' code has none.
 constexpr float kFullRowPrefetchGbpsPerSm = 30.0f;
