@@ -176,7 +176,8 @@ struct LayerNormBwdOp {
     // x − μ and each element's conversions made once. H200, fwd+bwd with every gradient, time
     // ÷ two passes: bf16 2048-262144 0.94-1.00, fp32 65536 0.92 (benchmarks/results/h200/
     // NOTES.md §33). rms_norm's backward keeps two passes: its store and its sum share no
-    // term, and fused, its held CTA sums kernels spilled and took 1.01-1.04x.
+    // term, and fused, its held CTA sums kernels spilled and took 1.01-1.04x; on the group
+    // tier it took 0.96-1.02x, no length gaining twice (§34).
     StoreWithColumns(
         row,
         [mu, r, mean_g, c](const Acc* v, int64_t, const Acc* w) {
