@@ -67,12 +67,13 @@ class Plan:
         params: ``"once"`` where each CTA of a persistent grid reads its columns' weight
             (and bias) once, not in every row: cluster-tier forwards on aligned rows, and
             add_rms_norm's on odd rows whose operands start alike (once per class of rows of
-            one alignment) (on GPUs
-            below 30 GB/s of DRAM bandwidth per SM, such as the H100, only where the register
-            kernel holds too few rows to keep that bandwidth busy, on 16-CTA clusters, or
-            where the parameters take more than twice the row's input bytes a column, as
-            float32 ones on 16-bit layer_norm rows: ``ClusterParamsPerRow`` and
-            ``kMaxPerRowParamRatio`` in ``src/kernels/common/plan.h``), and the fused
+            one alignment), where that kernel holds about as many rows at once as the
+            per-row one (on GPUs below 30 GB/s of DRAM bandwidth per SM, such as the H100,
+            only where the register kernel holds too few rows to keep that bandwidth busy,
+            on 16-CTA clusters, or where the parameters take more than twice the row's input
+            bytes a column, as float32 ones on 16-bit layer_norm rows; at or above it, not
+            on rows shorter than their cluster holds whose parameters take more than 4 bytes
+            a column: ``KeepsClusterParams`` in ``src/kernels/common/plan.h``), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
             memory). The CTA tier's forwards read them in every row.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.

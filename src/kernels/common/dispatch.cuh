@@ -175,9 +175,9 @@ constexpr int kBulkStages = 2;
 // which it holds to one CTA per SM (rms_norm fp32 262144: as fast as two unpipelined;
 // layer_norm fp32 262144 0.99, where the register rows held to two per SM take 0.88):
 // benchmarks/results/h100/NOTES.md §42.
-template <class Args, int kThreads>
-constexpr bool KeptRowsPipelined() {
-  return Args::kNumIn == 1 && kThreads == kClusterThreads;
+template <class Args>
+constexpr bool KeptRowsPipelined(int threads) {
+  return Args::kNumIn == 1 && threads == kClusterThreads;
 }
 constexpr size_t kMaxClusterSmem = 200 * 1024;
 template <class Op, class Args, int kThreads, ClusterKind kKind, int kVecs = kClusterVecs>
@@ -248,7 +248,7 @@ constexpr auto ClusterKernel() {
     return BulkRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster, kBulkStages>;
   } else if constexpr (kKind == ClusterKind::kParams) {
     return ClusterParamRowKernel<Op, Args, kVec, kVecs, kThreads, kCluster,
-                                 KeptRowsPipelined<Args, kThreads>(), kAligned>;
+                                 KeptRowsPipelined<Args>(kThreads), kAligned>;
   } else {
     return ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, false>();
   }
@@ -393,18 +393,23 @@ cudaError_t RegisterRowsResident(const RowPlan& plan, bool aligned, int* cluster
   });
 }
 
+// The bytes a column of Op's per-column parameters takes (0: none).
+template <class Op>
+constexpr int ParamBytesPerColumn() {
+  if constexpr (OpTraits<Op>::kColumnParams) {
+    using Params = decltype(std::declval<const Op&>().ColumnParams());
+    return Params::kCount * static_cast<int>(sizeof(typename Params::Elem));
+  } else {
+    return 0;
+  }
+}
+
 // Whether Op's per-column parameters outweigh its rows' inputs (plan.h's kMaxPerRowParamRatio).
 template <class Op, class Args>
 constexpr bool ParamsOutweighRow() {
-  if constexpr (OpTraits<Op>::kColumnParams) {
-    using Params = decltype(std::declval<const Op&>().ColumnParams());
-    int in_bytes = 0;
-    for (int i = 0; i < Args::kNumIn; ++i) in_bytes += Args::InBytes(i);
-    return Params::kCount * static_cast<int>(sizeof(typename Params::Elem)) >
-           kMaxPerRowParamRatio * in_bytes;
-  } else {
-    return false;
-  }
+  int in_bytes = 0;
+  for (int i = 0; i < Args::kNumIn; ++i) in_bytes += Args::InBytes(i);
+  return ParamBytesPerColumn<Op>() > kMaxPerRowParamRatio * in_bytes;
 }
 
 // The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
@@ -420,7 +425,7 @@ cudaError_t KeptRowsInFlight(const RowPlan& plan, bool aligned, int* rows) {
             ? CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs>(rows)
             : CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kParams, kVecs, false>(
                   rows);
-    if (KeptRowsPipelined<Args, kThreads>()) *rows *= 2;
+    if (KeptRowsPipelined<Args>(kThreads)) *rows *= 2;
     return err;
   });
 }
@@ -537,15 +542,13 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
         err = RegisterRowsResident<Op, Args>(*plan, aligned, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Kept parameters against a cluster per row: plan.h's kMaxPerRowParamRatio and
-      // ClusterParamsPerRow.
-      const bool keep = params > 0 && ParamsOutweighRow<Op, Args>();
-      const bool per_row =
-          params > 0 && !keep &&
-          ClusterParamsPerRow(plan->cluster, plan->threads, plan->packs, Args::kNumIn, registers,
-                              dev.sms, dev.dram_gbps_per_sm);
-      if (params > 0 &&
-          (forced.has_value() || keep || (!per_row && params >= registers && params >= shared))) {
+      // Kept parameters against a cluster per row: plan.h's KeepsClusterParams.
+      bool per_row = false;
+      const bool keep =
+          KeepsClusterParams(a.n, *plan, ParamBytesPerColumn<Op>(), ParamsOutweighRow<Op, Args>(),
+                             KeptRowsPipelined<Args>(plan->threads), Args::kNumIn, params,
+                             registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
+      if (params > 0 && (forced.has_value() || keep)) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {
         plan->stages = kBulkStages;

@@ -129,7 +129,7 @@ inline RowPlan StreamingPlan(int vec) { return {RowTier::kStreaming, vec, 0, kSt
 
 // GPUs of at least kKeptParamsGbpsPerSm of DRAM bandwidth per SM (the H200, ~37 GB/s; the
 // H100: 25.4) run the cluster tier's forwards with per-column parameters on the kernel that
-// reads those once per CTA wherever it fits (ClusterParamsPerRow): their L2 does not serve the
+// reads those once per CTA wherever it fits (KeepsClusterParams): their L2 does not serve the
 // parameters' reads in every row without holding the row back. Below it, reading them in
 // every row is what runs where the kernel keeps enough of the row in flight. (The CTA tier
 // reads them in every row on both: dispatch.cuh's PlanCtaKernel.)
@@ -169,6 +169,54 @@ inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
   const double bytes_per_sm = static_cast<double>(register_clusters) * cluster * threads * packs *
                               kPackBytes * inputs / sms;
   return bytes_per_sm >= kPerRowInFlightUs * dram_gbps_per_sm * 1e3;  // GB/s x µs = 1e3 bytes
+}
+
+// On GPUs of at least kKeptParamsGbpsPerSm, the pipelined kept rows (two a cluster: dispatch.cuh's
+// KeptRowsPipelined) count as holding as many rows as the register kernel where they hold at least
+// (kKeptRowsSlack - 1) / kKeptRowsSlack of them: 8-CTA clusters of 256 x 8 packs, where the H200
+// holds 30 kept clusters (105-128 registers, two CTAs per SM) against 62 register ones (ncu), 60
+// rows against 62. There, forward, the kept copy's time ÷ the per-row kernel's
+// (benchmarks/results/h200/NOTES.md §35): rms_norm bf16 73728 / 98304 / 114688 / 131072 0.902 /
+// 0.963 / 1.008 / 1.011, fp16 98304 / 131072 0.958 / 1.006, fp32 40960 / 49152 / 65536 0.948 /
+// 0.985 / 1.002, bf16 with a float32 weight 98304 / 131072 0.935 / 0.978; layer_norm bf16 98304 /
+// 114688 / 131072 0.977 / 0.970 / 0.924, 73728 1.011, fp16 98304 / 131072 1.015 / 0.956.
+constexpr int kKeptRowsSlack = 16;
+// Rows that fill less than their cluster (n below its threads x packs x vec) read their
+// parameters in every row on those GPUs where the parameters take more than
+// kMaxPartialKeptParamBytes a column (two float32 ones: layer_norm fp32, or 16-bit with float32
+// weight and bias). H200, forward, the kept copy's time ÷ the per-row kernel's: layer_norm fp32
+// 24576 (4 CTAs) 1.12, 40960 / 49152 (8 CTAs) 1.23 / 1.13, bf16 with float32 weight and bias
+// 98304 1.11; on full rows 0.99-1.01 (fp32 32768 / 65536) and 0.94 (bf16, float32 parameters,
+// 131072) (NOTES.md §35).
+constexpr int kMaxPartialKeptParamBytes = 4;
+
+// Whether the cluster tier's forward with per-column parameters of `param_bytes` a column runs
+// the kept copy (ClusterParamRowKernel) of `plan` on a row of `n` elements, where the device
+// holds `kept_rows` rows of it at once (0: none fit), `register_rows` of the register kernel
+// and `shared_rows` of the bulk one; `outweigh`: the parameters take more than
+// kMaxPerRowParamRatio times the row's input bytes a column; `pipelined`: the kept rows load
+// their next row early (their clusters counted twice); `inputs`, `sms`, `dram_gbps_per_sm`: as
+// ClusterParamsPerRow's. `per_row` (set where the kept copy exists): the rows read their
+// parameters in every row on purpose, so that no persistent kernel runs them (not the bulk one).
+inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, bool outweigh,
+                               bool pipelined, int inputs, int kept_rows, int register_rows,
+                               int shared_rows, int sms, float dram_gbps_per_sm, bool* per_row) {
+  *per_row = false;
+  if (kept_rows <= 0) return false;
+  const bool fast = dram_gbps_per_sm >= kKeptParamsGbpsPerSm;
+  const bool partial = n < int64_t{plan.cluster} * plan.threads * plan.packs * plan.vec;
+  if (fast && partial && param_bytes > kMaxPartialKeptParamBytes) {
+    *per_row = true;
+    return false;
+  }
+  if (outweigh) return true;
+  if (ClusterParamsPerRow(plan.cluster, plan.threads, plan.packs, inputs, register_rows, sms,
+                          dram_gbps_per_sm)) {
+    *per_row = true;
+    return false;
+  }
+  const int slack = fast && pipelined ? register_rows / kKeptRowsSlack : 0;
+  return kept_rows + slack >= register_rows && kept_rows >= shared_rows;
 }
 
 // THE TIER TABLE. `vec` is the full pack width of the dtype (4 fp32, 8 bf16/fp16); rows
