@@ -30,6 +30,7 @@ from utils import (
     check_backward,
     check_forward,
     cuda_only,
+    dram_gbps_per_sm,
     dtype_id,
     families,
     gpu_rows,
@@ -298,6 +299,37 @@ def test_cluster_kept_rows_many_per_cluster(dtype, monkeypatch):
             assert plans["params"].params == "once", plans["params"]
         for a, c in zip(runs["registers"], runs["params"], strict=True):
             assert torch.equal(a, c), (n, rows, plans["params"])
+
+
+@cuda_only
+def test_cluster_partial_rows_read_wide_parameters_per_row(monkeypatch):
+    """plan.h's KeepsClusterParams: on GPUs of at least 30 GB/s of DRAM bandwidth per SM (the
+    H200), a cluster row shorter than its cluster holds reads parameters of more than 4 bytes
+    a column (layer_norm's float32 weight and bias) in every row, where the kept copy measured
+    1.12-1.23x the time; a full row of the same configuration may keep them. The kernel
+    differs, the bits do not. On slower GPUs the rule does not apply (no assertion)."""
+    import rownorm
+
+    if torch.cuda.get_device_capability()[0] < 9 or dram_gbps_per_sm() < 30:
+        pytest.skip("the rule applies on sm_90+ GPUs of >= 30 GB/s of DRAM bandwidth per SM")
+    monkeypatch.delenv("ROWNORM_CLUSTER_ROWS", raising=False)
+    vec = pack_width(4)
+    partial = [n for n in (24576, 40960, 49152) if plan_row_tier(n, vec).tier == "cluster"]
+    assert partial
+    for n in partial:
+        x = scaled_rows(1000, n, torch.float32, "cuda")
+        plan = rownorm.explain(x, "layer_norm")
+        assert plan.tier == "cluster" and n < plan.cluster * plan.threads * plan.packs * vec, plan
+        assert plan.params is None, (n, plan)
+        g = torch.Generator(device="cuda").manual_seed(n)
+        w = torch.randn(n, device="cuda", generator=g)
+        b = torch.randn(n, device="cuda", generator=g)
+        with torch.no_grad():
+            y = rownorm.layer_norm(x, w, b)
+            monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", "params")
+            assert rownorm.explain(x, "layer_norm").params == "once"
+            assert torch.equal(y, rownorm.layer_norm(x, w, b)), n
+            monkeypatch.delenv("ROWNORM_CLUSTER_ROWS")
 
 
 def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
