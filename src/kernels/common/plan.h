@@ -176,10 +176,10 @@ inline bool ClusterParamsPerRow(int cluster, int threads, int packs, int inputs,
 // (kKeptRowsSlack - 1) / kKeptRowsSlack of them: 8-CTA clusters of 256 x 8 packs, where the H200
 // holds 30 kept clusters (105-128 registers, two CTAs per SM) against 62 register ones (ncu), 60
 // rows against 62. There, forward, the kept copy's time ÷ the per-row kernel's
-// (benchmarks/results/h200/NOTES.md §35): rms_norm bf16 73728 / 98304 / 114688 / 131072 0.902 /
-// 0.963 / 1.008 / 1.011, fp16 98304 / 131072 0.958 / 1.006, fp32 40960 / 49152 / 65536 0.948 /
-// 0.985 / 1.002, bf16 with a float32 weight 98304 / 131072 0.935 / 0.978; layer_norm bf16 98304 /
-// 114688 / 131072 0.977 / 0.970 / 0.924, 73728 1.011, fp16 98304 / 131072 1.015 / 0.956.
+// (benchmarks/results/h200/NOTES.md §35): rms_norm bf16 73728 / 98304 / 114688 / 131072 0.904 /
+// 0.963 / 1.015 / 1.010, fp16 98304 / 131072 0.959 / 1.010, fp32 40960 / 49152 / 65536 0.947 /
+// 0.989 / 1.006, bf16 with a float32 weight 98304 / 131072 0.935 / 0.986; layer_norm bf16 98304 /
+// 114688 / 131072 0.978 / 0.972 / 0.924, 73728 1.015, fp16 98304 / 131072 1.014 / 0.954.
 constexpr int kKeptRowsSlack = 16;
 // Rows that fill less than their cluster (n below its threads x packs x vec) read their
 // parameters in every row on those GPUs where the parameters take more than
