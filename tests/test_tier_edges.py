@@ -302,33 +302,41 @@ def test_cluster_kept_rows_many_per_cluster(dtype, monkeypatch):
 
 
 @cuda_only
-def test_cluster_partial_rows_read_wide_parameters_per_row(monkeypatch):
+def test_cluster_parameters_read_per_row_on_fast_gpus(monkeypatch):
     """plan.h's KeepsClusterParams: on GPUs of at least 30 GB/s of DRAM bandwidth per SM (the
-    H200), a cluster row shorter than its cluster holds reads parameters of more than 4 bytes
-    a column (layer_norm's float32 weight and bias) in every row, where the kept copy measured
-    1.12-1.23x the time; a full row of the same configuration may keep them. The kernel
-    differs, the bits do not. On slower GPUs the rule does not apply (no assertion)."""
+    H200), cluster forwards read their parameters in every row, where the kept copy measured
+    slower, (1) on rows shorter than their cluster holds whose parameters take more than 4
+    bytes a column (layer_norm's float32 weight and bias: 1.12-1.23x the time kept) and (2) on
+    full rows of clusters of fewer than 16 CTAs whose parameters are no wider than the row
+    (rms_norm's weight: 1.04-1.05x kept on 4 CTAs). The kernel differs, the bits do not. On
+    slower GPUs the rule does not apply (skipped)."""
     import rownorm
 
     if torch.cuda.get_device_capability()[0] < 9 or dram_gbps_per_sm() < 30:
         pytest.skip("the rule applies on sm_90+ GPUs of >= 30 GB/s of DRAM bandwidth per SM")
     monkeypatch.delenv("ROWNORM_CLUSTER_ROWS", raising=False)
-    vec = pack_width(4)
-    partial = [n for n in (24576, 40960, 49152) if plan_row_tier(n, vec).tier == "cluster"]
-    assert partial
-    for n in partial:
-        x = scaled_rows(1000, n, torch.float32, "cuda")
-        plan = rownorm.explain(x, "layer_norm")
-        assert plan.tier == "cluster" and n < plan.cluster * plan.threads * plan.packs * vec, plan
-        assert plan.params is None, (n, plan)
+    cases = [("layer_norm", torch.float32, n, False) for n in (24576, 40960, 49152)]
+    cases += [("rms_norm", torch.float32, 32768, True), ("rms_norm", torch.float32, 65536, True)]
+    cases += [("rms_norm", torch.bfloat16, 65536, True), ("rms_norm", torch.bfloat16, 131072, True)]
+    for op, dtype, n, full in cases:
+        vec = pack_width(dtype.itemsize)
+        x = scaled_rows(1000, n, dtype, "cuda")
+        plan = rownorm.explain(x, op)
+        team = plan.cluster * plan.threads * plan.packs * vec
+        assert plan.tier == "cluster" and plan.cluster < 16 and (n == team) == full, plan
+        assert plan.params is None, (op, n, plan)
         g = torch.Generator(device="cuda").manual_seed(n)
-        w = torch.randn(n, device="cuda", generator=g)
-        b = torch.randn(n, device="cuda", generator=g)
+        w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+        b = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+
+        def run(x=x, w=w, b=b, op=op):
+            return rownorm.rms_norm(x, w) if op == "rms_norm" else rownorm.layer_norm(x, w, b)
+
         with torch.no_grad():
-            y = rownorm.layer_norm(x, w, b)
+            y = run()
             monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", "params")
-            assert rownorm.explain(x, "layer_norm").params == "once"
-            assert torch.equal(y, rownorm.layer_norm(x, w, b)), n
+            assert rownorm.explain(x, op).params == "once"
+            assert torch.equal(y, run()), (op, n)
             monkeypatch.delenv("ROWNORM_CLUSTER_ROWS")
 
 

@@ -189,23 +189,35 @@ constexpr int kKeptRowsSlack = 16;
 // 98304 1.11; on full rows 0.99-1.01 (fp32 32768 / 65536) and 0.94 (bf16, float32 parameters,
 // 131072) (NOTES.md §35).
 constexpr int kMaxPartialKeptParamBytes = 4;
+// Full rows of one input on clusters of fewer than kMaxCluster CTAs whose parameters take no
+// more bytes a column than the row's input (rms_norm's weight) read them in every row on those
+// GPUs: all of a thread's packs hold the row, and the register kernel's four CTAs per SM keep
+// more of it in flight than the kept copy's two. H200, forward, the kept copy's time ÷ the
+// per-row kernel's, run by run (NOTES.md §34-§35): rms_norm bf16 65536 (4 CTAs) 1.050 / 1.050,
+// fp32 32768 (4) 1.037 / 1.04, bf16 131072 (8) 1.008 / 1.009 / 1.010 / 1.012, fp32 65536 (8)
+// 1.004 / 1.006 / 1.011, fp16 131072 1.010; where the parameters are wider (a float32 weight on
+// bf16 rows, 131072) 0.986, and on 16 CTAs 0.88-0.90.
 
 // Whether the cluster tier's forward with per-column parameters of `param_bytes` a column runs
 // the kept copy (ClusterParamRowKernel) of `plan` on a row of `n` elements, where the device
 // holds `kept_rows` rows of it at once (0: none fit), `register_rows` of the register kernel
-// and `shared_rows` of the bulk one; `outweigh`: the parameters take more than
-// kMaxPerRowParamRatio times the row's input bytes a column; `pipelined`: the kept rows load
-// their next row early (their clusters counted twice); `inputs`, `sms`, `dram_gbps_per_sm`: as
-// ClusterParamsPerRow's. `per_row` (set where the kept copy exists): the rows read their
-// parameters in every row on purpose, so that no persistent kernel runs them (not the bulk one).
-inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, bool outweigh,
-                               bool pipelined, int inputs, int kept_rows, int register_rows,
-                               int shared_rows, int sms, float dram_gbps_per_sm, bool* per_row) {
+// and `shared_rows` of the bulk one; `row_bytes`: the row's input bytes a column; `outweigh`:
+// the parameters take more than kMaxPerRowParamRatio times those; `pipelined`: the kept rows
+// load their next row early (their clusters counted twice; rows of one input); `inputs`, `sms`,
+// `dram_gbps_per_sm`: as ClusterParamsPerRow's. `per_row` (set where the kept copy exists): the
+// rows read their parameters in every row on purpose, so that no persistent kernel runs them (not
+// the bulk one).
+inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, int row_bytes,
+                               bool outweigh, bool pipelined, int inputs, int kept_rows,
+                               int register_rows, int shared_rows, int sms, float dram_gbps_per_sm,
+                               bool* per_row) {
   *per_row = false;
   if (kept_rows <= 0) return false;
   const bool fast = dram_gbps_per_sm >= kKeptParamsGbpsPerSm;
   const bool partial = n < int64_t{plan.cluster} * plan.threads * plan.packs * plan.vec;
-  if (fast && partial && param_bytes > kMaxPartialKeptParamBytes) {
+  const bool narrow_full =
+      !partial && pipelined && plan.cluster < kMaxCluster && param_bytes <= row_bytes;
+  if (fast && ((partial && param_bytes > kMaxPartialKeptParamBytes) || narrow_full)) {
     *per_row = true;
     return false;
   }
