@@ -73,7 +73,9 @@ class Plan:
             on 16-CTA clusters, or where the parameters take more than twice the row's input
             bytes a column, as float32 ones on 16-bit layer_norm rows; at or above it, not
             on rows shorter than their cluster holds whose parameters take more than 4 bytes
-            a column: ``KeepsClusterParams`` in ``src/kernels/common/plan.h``), and the fused
+            a column, nor on full rows of 4-8 CTAs whose parameters are no wider than the
+            row, as rms_norm's weight: ``KeepsClusterParams`` in
+            ``src/kernels/common/plan.h``), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
             memory). The CTA tier's forwards read them in every row.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
