@@ -412,6 +412,12 @@ constexpr int RowInputBytes() {
   return in_bytes;
 }
 
+// Whether Op's per-column parameters outweigh its rows' inputs (plan.h's kMaxPerRowParamRatio).
+template <class Op, class Args>
+constexpr bool ParamsOutweighRow() {
+  return ParamBytesPerColumn<Op>() > kMaxPerRowParamRatio * RowInputBytes<Args>();
+}
+
 // The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
 // exist) for aligned rows or rows in phase: two per cluster where KeptRowsPipelined.
 template <class Op, class Args>
@@ -544,10 +550,10 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       if (err != cudaSuccess) return err;
       // Kept parameters against a cluster per row: plan.h's KeepsClusterParams.
       bool per_row = false;
-      const bool keep =
-          KeepsClusterParams(a.n, *plan, ParamBytesPerColumn<Op>(), RowInputBytes<Args>(),
-                             KeptRowsPipelined<Args>(plan->threads), Args::kNumIn, params,
-                             registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
+      const bool keep = KeepsClusterParams(
+          a.n, *plan, ParamBytesPerColumn<Op>(), RowInputBytes<Args>(),
+          ParamsOutweighRow<Op, Args>(), KeptRowsPipelined<Args>(plan->threads), Args::kNumIn,
+          params, registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
       if (params > 0 && (forced.has_value() || keep)) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {
