@@ -15,6 +15,10 @@ every length (test_correctness covers it).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from rownorm.testing.tiers import (
@@ -338,6 +342,60 @@ def test_cluster_parameters_read_per_row_on_fast_gpus(monkeypatch):
             assert rownorm.explain(x, op).params == "once"
             assert torch.equal(y, run()), (op, n)
             monkeypatch.delenv("ROWNORM_CLUSTER_ROWS")
+
+
+# Each case without its parameters, then with parameters that change nothing; explain's plan,
+# which takes the parameters as given; whether the two calls gave the same bits.
+_NO_PARAMS_CODE = """
+import sys
+import rownorm, torch
+for op, dtype, n in [(op, getattr(torch, dt), int(n)) for op, dt, n in
+                     (case.split(":") for case in sys.argv[1:])]:
+    x = torch.randn(300, n, device="cuda", dtype=dtype)
+    ones = torch.ones(n, device="cuda", dtype=dtype)
+    zeros = torch.zeros(n, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        if op == "rms_norm":
+            same = torch.equal(rownorm.rms_norm(x), rownorm.rms_norm(x, ones))
+        else:
+            same = torch.equal(rownorm.layer_norm(x), rownorm.layer_norm(x, ones, zeros))
+    print(op, n, same, rownorm.explain(x, op).raw, flush=True)
+"""
+
+
+@cuda_only
+def test_cluster_forwards_given_no_parameters_keep_none():
+    """A cluster forward called without its parameters (rms_norm without a weight, layer_norm
+    without weight and bias) plans as an op without parameters (op_traits.h's
+    GivenParamBytes): never the kernel that keeps them per CTA (`params=once`), which with
+    nothing to keep held two CTAs per SM where the register rows hold four. Each call's logged
+    plan (ROWNORM_LOG_PLAN) against explain's, which takes the parameters as given, and the
+    bits against the same op given parameters that change nothing (ones, zeros)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the kept-parameter kernels are cluster kernels (sm_90+)")
+    cases = ["rms_norm:bfloat16:262144", "rms_norm:float32:131072", "rms_norm:bfloat16:98304"]
+    cases += ["layer_norm:bfloat16:262144"]
+    env = {k: v for k, v in os.environ.items() if k != "ROWNORM_CLUSTER_ROWS"}
+    run = subprocess.run(
+        [sys.executable, "-c", _NO_PARAMS_CODE, *cases],
+        env={**env, "ROWNORM_LOG_PLAN": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: ")]
+    printed = [line.split(" ", 3) for line in run.stdout.splitlines()]
+    assert len(printed) == len(cases), run.stdout
+    kept = 0
+    for op, n, same, explained in printed:
+        calls = [line for line in logged if line.startswith(f"rownorm: {op}: rows=300 n={n} ")]
+        assert len(calls) == 2, (op, n, logged)  # without, then with the parameters
+        assert "tier=cluster" in calls[0] and "params=" not in calls[0], (op, n, calls[0])
+        assert ("params=once" in explained) == ("params=once" in calls[1]), (op, n, calls[1])
+        kept += "params=once" in explained
+        assert same == "True", (op, n)
+    assert kept > 0, printed  # some of the cases keep their parameters when given them
 
 
 def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:

@@ -188,9 +188,10 @@ def explain(
     cluster shape. ``str(explain(...))`` reads as a sentence.
 
     Operands other than x (a gradient, a residual) are taken to be new contiguous tensors like
-    x, as autograd passes them, and parameters to have x's dtype. Where the op would make x
-    contiguous first, so does explain (it may copy x). add_rms_norm's backward is planned with
-    a gradient for both outputs.
+    x, as autograd passes them, and parameters to be given, in x's dtype (a cluster forward
+    called without its parameters never keeps them per CTA: its ``params`` is then unset).
+    Where the op would make x contiguous first, so does explain (it may copy x). add_rms_norm's
+    backward is planned with a gradient for both outputs.
 
     Args:
         x: the input (float32, float16, bfloat16 or float64, any rank >= 1, CPU or CUDA).

@@ -67,7 +67,7 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
     }
   }
   RowPlan plan;
-  CheckPlan(kName, PlanRows<Op>(a, &plan));
+  CheckPlan(kName, PlanRows<Op>(a, ParamBytesPerColumn<Op>(), &plan));
   return Describe(plan) + size + two_pass;
 }
 

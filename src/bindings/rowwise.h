@@ -161,7 +161,7 @@ void RunOp(const char* name, const Problem<kIn>& p, const Tensor (&outs)[kOut], 
   if (p.row_tiers) {
     const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
     RowPlan plan;
-    CheckPlan(name, PlanRows<Op>(a, &plan));
+    CheckPlan(name, PlanRows<Op>(a, GivenParamBytes(op), &plan));
     LogPlan(name, a.rows, a.n, [&] { return Describe(plan); });
     CheckLaunch(name, LaunchRows(a, op, plan, stream));
   } else if constexpr (kStrided) {

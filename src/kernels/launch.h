@@ -18,10 +18,11 @@
 
 namespace rownorm {
 
-// The plan of `args` (rows of unit stride) on the current device, and the launch of `op` on
-// every row as that plan says.
+// The plan of `args` (rows of unit stride) on the current device, for an op given per-column
+// parameters of `param_bytes` a column (GivenParamBytes in op_traits.h), and the launch of `op`
+// on every row as that plan says.
 template <class Op>
-cudaError_t PlanRows(const RowArgsFor<Op>& args, RowPlan* plan);
+cudaError_t PlanRows(const RowArgsFor<Op>& args, int param_bytes, RowPlan* plan);
 template <class Op>
 cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
                        cudaStream_t stream);
@@ -51,8 +52,8 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
 
 namespace rownorm {
 template <class Op>
-cudaError_t PlanRows(const RowArgsFor<Op>& args, RowPlan* plan) {
-  return PlanRowOp<Op>(args, plan);
+cudaError_t PlanRows(const RowArgsFor<Op>& args, int param_bytes, RowPlan* plan) {
+  return PlanRowOp<Op>(args, param_bytes, plan);
 }
 template <class Op>
 cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
@@ -86,7 +87,7 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
                                                        const __VA_ARGS__&, const FusedSumPlan&, \
                                                        AccType<__VA_ARGS__::Elem>*, cudaStream_t);
 #define ROWNORM_INSTANTIATE_ROWS(...)                                                              \
-  template cudaError_t PlanRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, RowPlan*);            \
+  template cudaError_t PlanRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, int, RowPlan*);       \
   template cudaError_t LaunchRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, \
                                                const RowPlan&, cudaStream_t);
 #define ROWNORM_INSTANTIATE_STRIDED(...)                                                           \

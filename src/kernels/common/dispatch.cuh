@@ -393,29 +393,12 @@ cudaError_t RegisterRowsResident(const RowPlan& plan, bool aligned, int* cluster
   });
 }
 
-// The bytes a column of Op's per-column parameters takes (0: none).
-template <class Op>
-constexpr int ParamBytesPerColumn() {
-  if constexpr (OpTraits<Op>::kColumnParams) {
-    using Params = decltype(std::declval<const Op&>().ColumnParams());
-    return Params::kCount * static_cast<int>(sizeof(typename Params::Elem));
-  } else {
-    return 0;
-  }
-}
-
 // The bytes a column of Args' row inputs take.
 template <class Args>
 constexpr int RowInputBytes() {
   int in_bytes = 0;
   for (int i = 0; i < Args::kNumIn; ++i) in_bytes += Args::InBytes(i);
   return in_bytes;
-}
-
-// Whether Op's per-column parameters outweigh its rows' inputs (plan.h's kMaxPerRowParamRatio).
-template <class Op, class Args>
-constexpr bool ParamsOutweighRow() {
-  return ParamBytesPerColumn<Op>() > kMaxPerRowParamRatio * RowInputBytes<Args>();
 }
 
 // The rows the device holds at once in the kParams kernel of `plan` (0 where it does not
@@ -515,7 +498,7 @@ cudaError_t PlanCtaKernel(bool aligned, RowPlan* plan) {
 // The plan of `a` on the current device: the tier table (plan.h), with a cluster the device
 // cannot co-schedule replaced by streaming, and the rows in flight the launcher keeps.
 template <class Op, class Args>
-cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
+cudaError_t PlanRowOp(const Args& a, int param_bytes, RowPlan* plan) {
   int device = 0;
   DeviceInfo dev;
   cudaError_t err = GetDeviceInfo(&device, &dev);
@@ -540,7 +523,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       // bf16 262143), rms_norm bf16 262143 1.12x, fp32 131071 1.01x, 262143 0.91x (the bulk
       // rows 0.99x).
       const bool kept_rows =
-          aligned || (OperandsInPhase(a) && (forced.has_value() || Args::kNumIn == 2));
+          param_bytes > 0 &&
+          (aligned || (OperandsInPhase(a) && (forced.has_value() || Args::kNumIn == 2)));
       if (err == cudaSuccess && asked(ClusterKind::kParams) && kept_rows) {
         err = KeptRowsInFlight<Op, Args>(*plan, aligned, &params);
       }
@@ -551,9 +535,8 @@ cudaError_t PlanRowOp(const Args& a, RowPlan* plan) {
       // Kept parameters against a cluster per row: plan.h's KeepsClusterParams.
       bool per_row = false;
       const bool keep = KeepsClusterParams(
-          a.n, *plan, ParamBytesPerColumn<Op>(), RowInputBytes<Args>(),
-          ParamsOutweighRow<Op, Args>(), KeptRowsPipelined<Args>(plan->threads), Args::kNumIn,
-          params, registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
+          a.n, *plan, param_bytes, RowInputBytes<Args>(), KeptRowsPipelined<Args>(plan->threads),
+          Args::kNumIn, params, registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
       if (params > 0 && (forced.has_value() || keep)) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {

@@ -198,6 +198,35 @@ struct OpTraits {
   }
 };
 
+// The bytes a column of Op's per-column parameters take, all of them given (0: an op without).
+template <class Op>
+constexpr int ParamBytesPerColumn() {
+  if constexpr (OpTraits<Op>::kColumnParams) {
+    using Params = decltype(std::declval<const Op&>().ColumnParams());
+    return Params::kCount * static_cast<int>(sizeof(typename Params::Elem));
+  } else {
+    return 0;
+  }
+}
+
+// The bytes a column of the per-column parameters `op` is given take (a null pointer: not
+// given). The cluster tier's forwards weigh them when they choose between keeping the
+// parameters per CTA and reading them in every row (plan.h's KeepsClusterParams); given none,
+// they plan as an op without parameters (rms_norm without a weight as l2_normalize).
+template <class Op>
+int GivenParamBytes(const Op& op) {
+  if constexpr (OpTraits<Op>::kColumnParams) {
+    const auto params = op.ColumnParams();
+    int bytes = 0;
+    for (int j = 0; j < params.kCount; ++j) {
+      if (params.p[j] != nullptr) bytes += static_cast<int>(sizeof(*params.p[j]));
+    }
+    return bytes;
+  } else {
+    return 0;
+  }
+}
+
 template <class Op>
 using OpOutElem = typename op_traits_detail::OutElemOf<Op>::type;
 

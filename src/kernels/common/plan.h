@@ -198,19 +198,19 @@ constexpr int kMaxPartialKeptParamBytes = 4;
 // 1.004 / 1.006 / 1.011, fp16 131072 1.010; where the parameters are wider (a float32 weight on
 // bf16 rows, 131072) 0.986, and on 16 CTAs 0.88-0.90.
 
-// Whether the cluster tier's forward with per-column parameters of `param_bytes` a column runs
-// the kept copy (ClusterParamRowKernel) of `plan` on a row of `n` elements, where the device
-// holds `kept_rows` rows of it at once (0: none fit), `register_rows` of the register kernel
-// and `shared_rows` of the bulk one; `row_bytes`: the row's input bytes a column; `outweigh`:
-// the parameters take more than kMaxPerRowParamRatio times those; `pipelined`: the kept rows
-// load their next row early (their clusters counted twice; rows of one input); `inputs`, `sms`,
-// `dram_gbps_per_sm`: as ClusterParamsPerRow's. `per_row` (set where the kept copy exists): the
-// rows read their parameters in every row on purpose, so that no persistent kernel runs them (not
-// the bulk one).
+// Whether the cluster tier's forward given per-column parameters of `param_bytes` a column (those
+// given: op_traits.h's GivenParamBytes; none given, there is no kept copy to run) runs the kept
+// copy (ClusterParamRowKernel) of `plan` on a row of `n` elements, where the device holds
+// `kept_rows` rows of it at once (0: none fit), `register_rows` of the register kernel and
+// `shared_rows` of the bulk one; `row_bytes`: the row's input bytes a column (parameters of more
+// than kMaxPerRowParamRatio times those are kept wherever the rule does not read them per row on
+// fast GPUs); `pipelined`: the kept rows load their next row early (their clusters counted twice;
+// rows of one input); `inputs`, `sms`, `dram_gbps_per_sm`: as ClusterParamsPerRow's. `per_row` (set
+// where the kept copy exists): the rows read their parameters in every row on purpose, so that no
+// persistent kernel runs them (not the bulk one).
 inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, int row_bytes,
-                               bool outweigh, bool pipelined, int inputs, int kept_rows,
-                               int register_rows, int shared_rows, int sms, float dram_gbps_per_sm,
-                               bool* per_row) {
+                               bool pipelined, int inputs, int kept_rows, int register_rows,
+                               int shared_rows, int sms, float dram_gbps_per_sm, bool* per_row) {
   *per_row = false;
   if (kept_rows <= 0) return false;
   const bool fast = dram_gbps_per_sm >= kKeptParamsGbpsPerSm;
@@ -221,7 +221,7 @@ inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, 
     *per_row = true;
     return false;
   }
-  if (outweigh) return true;
+  if (param_bytes > kMaxPerRowParamRatio * row_bytes) return true;
   if (ClusterParamsPerRow(plan.cluster, plan.threads, plan.packs, inputs, register_rows, sms,
                           dram_gbps_per_sm)) {
     *per_row = true;
