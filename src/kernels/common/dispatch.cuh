@@ -385,7 +385,8 @@ cudaError_t RegisterRowsResident(const RowPlan& plan, bool aligned, int* cluster
     if constexpr (AlignedRegisterRows<kThreads>()) {
       if (aligned) {
         return ResidentClusters<ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>(),
-                                kThreads, kCluster, 0>(clusters);
+                                kThreads, kCluster,
+                                RowParamStageBytes<Op, Args, kVecs, kThreads, true>()>(clusters);
       }
     }
     return CoResidentClusters<Op, Args, kThreads, kCluster, ClusterKind::kRegisters, kVecs>(
@@ -576,10 +577,14 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
   if constexpr (kKind == ClusterKind::kRegisters && AlignedRegisterRows<kThreads>()) {
     if (RowsAligned(a)) {
       constexpr auto kKernel = ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>();
+      constexpr size_t kStage = RowParamStageBytes<Op, Args, kVecs, kThreads, true>();
       int resident = 0;  // sets the kernel's cluster attributes (once per device)
-      const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, 0>(&resident);
+      const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, kStage>(&resident);
       if (err != cudaSuccess) return err;
-      return cudaLaunchKernelEx(&cfg, kKernel, a, op);
+      cudaLaunchAttribute staged_attr[1];
+      const cudaLaunchConfig_t staged = ClusterConfig<kThreads, kCluster, kStage>(
+          staged_attr, static_cast<unsigned>(kCluster * clusters), stream);
+      return cudaLaunchKernelEx(&staged, kKernel, a, op);
     }
   }
   return cudaLaunchKernelEx(

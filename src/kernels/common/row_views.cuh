@@ -366,6 +366,54 @@ struct ParamSlices {
   }
 };
 
+// ParamSlices refilled for every row by the cluster tier's register rows (ClusterRows with
+// kStaged): the thread's copies are issued (IssueAsync) right after the row's loads, as
+// cp.async, so that they arrive while the row is reduced, and waited for before the row's
+// stores read them. Read per row from global memory between one pack's store and the next, the
+// parameters waited a round trip from L2 per pack: 28% of the stall samples of rms_norm's
+// register rows, bf16 131072, where without a weight they ran as fast as l2_normalize's and
+// with one 1.06-1.18x the time (benchmarks/results/h200/NOTES.md §36).
+template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
+struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
+  using Base = ParamSlices<PS, Acc, kVecs, kVec, kThreads>;
+  using W = typename Base::W;
+
+  // Thread `rank`'s packs begin + rank + k * kThreads (< end) of every given parameter of
+  // aligned rows: 16-byte asynchronous copies where every given parameter is 16-byte aligned,
+  // else Fill's element loads.
+  ROWNORM_DEVICE void IssueAsync(const PS& ps, int rank, int64_t begin, int64_t end) {
+    static_assert(sizeof(Pack<W, Base::kPiece>) == 16, "the copies move 16-byte pieces");
+    bool aligned = true;
+#pragma unroll
+    for (int j = 0; j < Base::K; ++j) {
+      aligned = aligned && (ps.p[j] == nullptr || reinterpret_cast<uintptr_t>(ps.p[j]) % 16 == 0);
+    }
+    if (!aligned) {
+      Base::Fill(ps, rank, begin, end);
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < Base::K; ++j) {
+      if (ps.p[j] == nullptr) continue;
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t v = begin + rank + int64_t{k} * kThreads;
+        if (v >= end) continue;
+#pragma unroll
+        for (int h = 0; h < Base::kPieces; ++h) {
+          CopyPackAsync(&this->pieces[j][k][h][rank], ps.p[j] + v * kVec + h * Base::kPiece);
+        }
+      }
+    }
+    CommitAsyncCopies();
+  }
+
+  ROWNORM_DEVICE void Get(const PS& ps, int k, int rank, Acc (&pv)[Base::K][kVec]) const {
+    WaitAsyncCopies<0>();  // this thread's copies of the row (a no-op once they are in)
+    Base::Get(ps, k, rank, pv);
+  }
+};
+
 // A row's packs staged in shared memory by a prefetching kernel (CtaRowSumsStagedKernel, through
 // CachedRow::Prefetch): thread t's pack k of input i at [k][i][t] (a warp's 16-byte accesses
 // contiguous). The launcher sizes the kernel's shared memory from it.

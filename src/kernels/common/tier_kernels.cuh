@@ -711,6 +711,32 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads>
 using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
                                   AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
 
+// Whether the cluster tier's register rows of Op stage its ColumnParams() per row in shared
+// memory (StagedParamSlices, ClusterRows' kStaged): forwards with per-column parameters, on
+// aligned rows (dispatch.cuh's ClusterRegisterKernel).
+template <class Op, bool kAligned>
+constexpr bool StagesRowParams() {
+  return kAligned && OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0;
+}
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kStaged>
+struct RowParamStage {
+  using type = NoParamCache;
+};
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+struct RowParamStage<Op, Args, kVec, kVecs, kThreads, true> {
+  using type = StagedParamSlices<decltype(std::declval<const Op&>().ColumnParams()),
+                                 AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
+};
+// The register rows' dynamic shared memory: their parameters' stage, where they stage them.
+template <class Op, class Args, int kVecs, int kThreads, bool kAligned>
+constexpr size_t RowParamStageBytes() {
+  if constexpr (StagesRowParams<Op, kAligned>()) {
+    return sizeof(typename RowParamStage<Op, Args, Args::kPackWidth, kVecs, kThreads, true>::type);
+  } else {
+    return 0;
+  }
+}
+
 // The rows of a problem in phase (plan.h's PhasedSumPlan) class by class: position u of
 // [0, rows) is row q + kVec·i of class q, the classes' rows in order, class 0's first. A
 // persistent team running positions c, c + teams, ... meets at most kVec classes.
@@ -739,11 +765,15 @@ struct PhasedRowOrder {
 // ClusterRegisterKernel and ClusterParamRowKernel); kept parameters without kAligned are those
 // of a problem in phase, its rows run class by class (PhasedRowOrder) and the parameters' copy
 // refilled, shifted to the class's packs, where a cluster's next row is of another class.
+// With kStaged (Slices = StagedParamSlices; a cluster per row, aligned rows) each thread copies
+// its columns' parameters for every row, asynchronously, after the row's loads.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
-          class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false>
+          class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false,
+          bool kStaged = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kKept = !std::is_same_v<Slices, NoParamCache>;
+  static_assert(!kStaged || (kAligned && !kPipelined), "staged: aligned rows, one at a time");
+  constexpr bool kKept = !std::is_same_v<Slices, NoParamCache> && !kStaged;
   constexpr bool kPhased = kKept && !kAligned;
   using Team = ClusterTeam<kThreads, kCluster>;
   using Row = CachedRow<Args, kVec, kVecs, Team, kAligned, Slices>;
@@ -765,8 +795,8 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
   }
   Slices* kept = nullptr;
   const int slice = team.SliceRank();
+  if constexpr (kKept || kStaged) kept = reinterpret_cast<Slices*>(DynamicSharedMemory());
   if constexpr (kKept) {
-    kept = reinterpret_cast<Slices*>(DynamicSharedMemory());
     if constexpr (kAligned) {
       const int64_t vecs = args.n / kVec;
       kept->Fill(op.ColumnParams(), threadIdx.x, Ownership<Team, kVec>::SliceBegin(vecs, slice),
@@ -802,6 +832,12 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
     for (int64_t u = first; u < args.rows; u += clusters) {
       const int64_t row = row_at(u);
       Row r(team, args, row, true, params_for(row));
+      if constexpr (kStaged) {
+        const int64_t vecs = args.n / kVec;
+        kept->IssueAsync(op.ColumnParams(), threadIdx.x,
+                         Ownership<Team, kVec>::SliceBegin(vecs, slice),
+                         Ownership<Team, kVec>::SliceBegin(vecs, slice + 1));
+      }
       op(r);
     }
   }
@@ -811,9 +847,18 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #endif
 }
 
+// The register rows (the forwards with per-column parameters staging them on aligned rows).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
+__device__ __forceinline__ void RegisterClusterRows(const Args& args, const Op& op) {
+  constexpr bool kStaged = StagesRowParams<Op, kAligned>();
+  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
+              typename RowParamStage<Op, Args, kVec, kVecs, kThreads, kStaged>::type, false,
+              kAligned, kStaged>(args, op);
+}
+
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __global__ void __launch_bounds__(kThreads) ClusterRowKernel(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, NoParamCache, false, kAligned>(args, op);
+  RegisterClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op);
 }
 
 // Forwards with per-column parameters (OpTraits::kColumnParams, no column sums): ClusterRows
@@ -975,7 +1020,7 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
           bool kAligned>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     ClusterRowKernelBounded(const Args args, const Op op) {
-  ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, NoParamCache, false, kAligned>(args, op);
+  RegisterClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op);
 }
 
 // Rows in shared memory, put there by bulk copies (sm_90+; the cluster tier's
