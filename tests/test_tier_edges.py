@@ -398,11 +398,13 @@ def test_cluster_forwards_given_no_parameters_keep_none():
     assert kept > 0, printed  # some of the cases keep their parameters when given them
 
 
-def _forwards_with_params(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list:
+def _forwards_with_params(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor | None = None
+) -> list:
     """The forwards that read per-column parameters, every output (no autograd)."""
     import rownorm
 
-    r = torch.randn_like(x)
+    r = torch.randn_like(x) if r is None else r
     with torch.no_grad():
         return [
             rownorm.rms_norm(x, w),
@@ -449,6 +451,58 @@ def test_parameters_at_any_offset_from_the_row(dtype):
             for k, outs in runs.items():
                 for i, (a, c) in enumerate(zip(runs[0], outs, strict=True)):
                     assert torch.equal(a, c), (n, wdt, k, i)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cluster_register_rows_stage_parameters_at_any_offset(dtype, monkeypatch):
+    """The cluster tier's register rows of aligned problems stage their parameters per row in
+    shared memory (row_views.cuh's StagedParamSlices): 16-byte asynchronous copies where every
+    given parameter is 16-byte aligned, element loads where one is not. With the register
+    kernel forced (ROWNORM_CLUSTER_ROWS=registers), at every cluster edge of whole packs, a
+    weight and a bias at every element offset into a buffer, in the row's dtype and in float32,
+    give the bits of offset 0, which are those of the plan's kernel; each forward also against
+    the float64 reference."""
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster tier runs on sm_90+")
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [
+        n
+        for n in tier_edge_lengths(elem)
+        if plan_row_tier(n, vec).tier == "cluster" and n % vec == 0
+    ]
+    assert lengths
+    for n in lengths:
+        x = scaled_rows(2 * vec + 3, n, dtype, "cuda")
+        r = torch.randn_like(x)
+        for wdt in dict.fromkeys((dtype, torch.float32)):
+            g = torch.Generator(device="cuda").manual_seed(n)
+            w = torch.randn(n, device="cuda", dtype=wdt, generator=g)
+            b = torch.randn(n, device="cuda", dtype=wdt, generator=g)
+            runs = {}
+            for k in range(16 // wdt.itemsize):  # every offset in a 16-byte block
+                wk = torch.zeros(n + 16, device="cuda", dtype=wdt)[k : k + n].copy_(w)
+                bk = torch.zeros(n + 16, device="cuda", dtype=wdt)[k : k + n].copy_(b)
+                monkeypatch.setenv("ROWNORM_CLUSTER_ROWS", "registers")
+                with torch.no_grad():
+                    runs[k] = _forwards_with_params(x, wk, bk, r)
+            monkeypatch.delenv("ROWNORM_CLUSTER_ROWS")
+            with torch.no_grad():
+                planned = _forwards_with_params(x, w, b, r)
+            for k, outs in runs.items():
+                for i, (a, c) in enumerate(zip(planned, outs, strict=True)):
+                    assert torch.equal(a, c), (n, wdt, k, i)
+            eps = torch.finfo(torch.float32).eps  # rms_norm's default, F.rms_norm's
+            xd, wd, bd, hd = x.double(), w.double(), b.double(), (x + r).double()
+            want = [
+                xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * wd,
+                torch.nn.functional.layer_norm(xd, (n,), wd, bd, 1e-5),
+                hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps) * wd,
+            ]
+            for i, (got, ref) in enumerate(zip(planned, want, strict=False)):
+                assert_matches(got, ref.to(got.dtype), dim=-1, what=f"n={n} w={wdt} output {i}")
 
 
 @cuda_only
