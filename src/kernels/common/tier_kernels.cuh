@@ -713,10 +713,16 @@ using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParam
 
 // Whether the cluster tier's register rows of Op stage its ColumnParams() per row in shared
 // memory (StagedParamSlices, ClusterRows' kStaged): forwards with per-column parameters, on
-// aligned rows (dispatch.cuh's ClusterRegisterKernel).
-template <class Op, bool kAligned>
+// aligned rows (dispatch.cuh's ClusterRegisterKernel), whose packs' parameters take whole
+// 16-byte copies (not the 16-bit parameters of a float32 residual stream's packs of four).
+template <class Op, class Args, bool kAligned>
 constexpr bool StagesRowParams() {
-  return kAligned && OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0;
+  if constexpr (kAligned && OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0) {
+    using W = typename decltype(std::declval<const Op&>().ColumnParams())::Elem;
+    return Args::kPackWidth * sizeof(W) >= 16;
+  } else {
+    return false;
+  }
 }
 template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kStaged>
 struct RowParamStage {
@@ -730,7 +736,7 @@ struct RowParamStage<Op, Args, kVec, kVecs, kThreads, true> {
 // The register rows' dynamic shared memory: their parameters' stage, where they stage them.
 template <class Op, class Args, int kVecs, int kThreads, bool kAligned>
 constexpr size_t RowParamStageBytes() {
-  if constexpr (StagesRowParams<Op, kAligned>()) {
+  if constexpr (StagesRowParams<Op, Args, kAligned>()) {
     return sizeof(typename RowParamStage<Op, Args, Args::kPackWidth, kVecs, kThreads, true>::type);
   } else {
     return 0;
@@ -850,7 +856,7 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 // The register rows (the forwards with per-column parameters staging them on aligned rows).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __device__ __forceinline__ void RegisterClusterRows(const Args& args, const Op& op) {
-  constexpr bool kStaged = StagesRowParams<Op, kAligned>();
+  constexpr bool kStaged = StagesRowParams<Op, Args, kAligned>();
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
               typename RowParamStage<Op, Args, kVec, kVecs, kThreads, kStaged>::type, false,
               kAligned, kStaged>(args, op);
