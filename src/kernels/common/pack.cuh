@@ -150,12 +150,20 @@ constexpr int MaxPackWidth(int elem_size) { return 16 / elem_size; }
 // one. A thread reads back only the packs it copied itself, so waiting for its own copies is
 // enough: no barrier. Copies are counted in groups: CommitAsyncCopies closes the group of the
 // copies issued since the last one (an empty group counts too), WaitAsyncCopies<k> returns
-// once at most k of this thread's groups are still in flight.
-template <typename T, int N>
+// once at most k of this thread's groups are still in flight. The copies bypass L1 (.cg: rows
+// are read once), but with kCacheL1 (.ca: data that other rows on the SM read again, such as
+// per-column parameters).
+template <bool kCacheL1 = false, typename T, int N>
 ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src) {
   static_assert(sizeof(Pack<T, N>) == 16, "cp.async copies whole 16-byte packs here");
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src) : "memory");
+  if constexpr (kCacheL1) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src)
+                 : "memory");
+  }
 }
 ROWNORM_DEVICE void CommitAsyncCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>

@@ -368,11 +368,12 @@ struct ParamSlices {
 
 // ParamSlices refilled for every row by the cluster tier's register rows (ClusterRows with
 // kStaged): the thread's copies are issued (IssueAsync) right after the row's loads, as
-// cp.async, so that they arrive while the row is reduced, and waited for before the row's
-// stores read them. Read per row from global memory between one pack's store and the next, the
-// parameters waited a round trip from L2 per pack: 28% of the stall samples of rms_norm's
-// register rows, bf16 131072, where without a weight they ran as fast as l2_normalize's and
-// with one 1.06-1.18x the time (benchmarks/results/h200/NOTES.md §36).
+// cp.async through L1 (the SM's next CTAs of the same slice rank read the same columns), so
+// that they arrive while the row is reduced, and waited for before the row's stores read them. Read
+// per row from global memory between one pack's store and the next, the parameters waited a round
+// trip from L2 per pack: 28% of the stall samples of rms_norm's register rows, bf16 131072, where
+// without a weight they ran as fast as l2_normalize's and with one 1.06-1.18x the time
+// (benchmarks/results/h200/NOTES.md §36).
 template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
 struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
   using Base = ParamSlices<PS, Acc, kVecs, kVec, kThreads>;
@@ -401,7 +402,8 @@ struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
         if (v >= end) continue;
 #pragma unroll
         for (int h = 0; h < Base::kPieces; ++h) {
-          CopyPackAsync(&this->pieces[j][k][h][rank], ps.p[j] + v * kVec + h * Base::kPiece);
+          CopyPackAsync</*kCacheL1=*/true>(&this->pieces[j][k][h][rank],
+                                           ps.p[j] + v * kVec + h * Base::kPiece);
         }
       }
     }

@@ -713,13 +713,20 @@ using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParam
 
 // Whether the cluster tier's register rows of Op stage its ColumnParams() per row in shared
 // memory (StagedParamSlices, ClusterRows' kStaged): forwards with per-column parameters, on
-// aligned rows (dispatch.cuh's ClusterRegisterKernel), whose packs' parameters take whole
-// 16-byte copies (not the 16-bit parameters of a float32 residual stream's packs of four).
+// aligned rows (dispatch.cuh's ClusterRegisterKernel), where a pack's parameters take one
+// 16-byte copy: one parameter of the row's dtype (rms_norm, add_rms_norm), whose stage (32 KB
+// on 256 x 8 packs) leaves four CTAs per SM. Not the 16-bit parameters of a float32 residual
+// stream's packs of four, nor layer_norm's two or a float32 weight on 16-bit rows (64 KB): H200,
+// forward, the register kernel's time staged ÷ read per row (each ÷ l2_normalize's in its own
+// run), layer_norm bf16 65536-262144 1.38-1.52, fp32 32768 / 131072 1.58 / 1.49 (three CTAs per
+// SM, and L1 down to what shared memory leaves: benchmarks/results/h200/NOTES.md §36).
 template <class Op, class Args, bool kAligned>
 constexpr bool StagesRowParams() {
   if constexpr (kAligned && OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0) {
-    using W = typename decltype(std::declval<const Op&>().ColumnParams())::Elem;
-    return Args::kPackWidth * sizeof(W) >= 16;
+    using Params = decltype(std::declval<const Op&>().ColumnParams());
+    constexpr int kBytesPerPack =
+        Params::kCount * Args::kPackWidth * static_cast<int>(sizeof(typename Params::Elem));
+    return kBytesPerPack == 16;
   } else {
     return false;
   }
