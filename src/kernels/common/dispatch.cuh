@@ -533,11 +533,14 @@ cudaError_t PlanRowOp(const Args& a, int param_bytes, RowPlan* plan) {
         err = RegisterRowsResident<Op, Args>(*plan, aligned, &registers);
       }
       if (err != cudaSuccess) return err;
-      // Kept parameters against a cluster per row: plan.h's KeepsClusterParams.
+      // Kept parameters against a cluster per row: plan.h's KeepsClusterParams. The aligned
+      // register rows of 256 threads are the ones that stage their parameters.
+      const bool staged = aligned && plan->threads == kClusterThreads &&
+                          StagesRowParams<Op, Args, /*kAligned=*/true>();
       bool per_row = false;
       const bool keep = KeepsClusterParams(
           a.n, *plan, param_bytes, RowInputBytes<Args>(), KeptRowsPipelined<Args>(plan->threads),
-          Args::kNumIn, params, registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
+          staged, Args::kNumIn, params, registers, shared, dev.sms, dev.dram_gbps_per_sm, &per_row);
       if (params > 0 && (forced.has_value() || keep)) {
         plan->params_once = true;
       } else if (shared > 0 && (forced.has_value() || (!per_row && shared > registers))) {

@@ -198,6 +198,13 @@ constexpr int kMaxPartialKeptParamBytes = 4;
 // 1.004 / 1.006 / 1.011, fp16 131072 1.010; where the parameters are wider (a float32 weight on
 // bf16 rows, 131072) 0.986, and on 16 CTAs 0.88-0.90.
 
+// Forwards whose register rows stage their parameters per row (aligned rows of 256 threads,
+// one 16-byte copy a pack: rms_norm and add_rms_norm; tier_kernels.cuh's StagesRowParams) read
+// them per row on those GPUs wherever the register kernel runs: staged, the weight costs those
+// rows nothing. H200, forward, time ÷ l2_normalize's on the same rows (NOTES.md §36): rms_norm
+// bf16 65536 / 131072 / 262144 on the register kernel 1.001 / 1.004 / 1.014, the kept copy
+// 1.102 / 1.104 / 1.076; fp32 32768 / 131072 0.984 / 0.983 against 1.049 / 1.017.
+
 // Whether the cluster tier's forward given per-column parameters of `param_bytes` a column (those
 // given: op_traits.h's GivenParamBytes; none given, there is no kept copy to run) runs the kept
 // copy (ClusterParamRowKernel) of `plan` on a row of `n` elements, where the device holds
@@ -205,15 +212,21 @@ constexpr int kMaxPartialKeptParamBytes = 4;
 // `shared_rows` of the bulk one; `row_bytes`: the row's input bytes a column (parameters of more
 // than kMaxPerRowParamRatio times those are kept wherever the rule does not read them per row on
 // fast GPUs); `pipelined`: the kept rows load their next row early (their clusters counted twice;
-// rows of one input); `inputs`, `sms`, `dram_gbps_per_sm`: as ClusterParamsPerRow's. `per_row` (set
-// where the kept copy exists): the rows read their parameters in every row on purpose, so that no
-// persistent kernel runs them (not the bulk one).
+// rows of one input); `staged`: the register rows stage the parameters per row; `inputs`, `sms`,
+// `dram_gbps_per_sm`: as ClusterParamsPerRow's. `per_row` (set where the kept copy exists): the
+// rows read their parameters in every row on purpose, so that no persistent kernel runs them (not
+// the bulk one).
 inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, int row_bytes,
-                               bool pipelined, int inputs, int kept_rows, int register_rows,
-                               int shared_rows, int sms, float dram_gbps_per_sm, bool* per_row) {
+                               bool pipelined, bool staged, int inputs, int kept_rows,
+                               int register_rows, int shared_rows, int sms, float dram_gbps_per_sm,
+                               bool* per_row) {
   *per_row = false;
   if (kept_rows <= 0) return false;
   const bool fast = dram_gbps_per_sm >= kKeptParamsGbpsPerSm;
+  if (fast && staged && register_rows > 0) {
+    *per_row = true;
+    return false;
+  }
   const bool partial = n < int64_t{plan.cluster} * plan.threads * plan.packs * plan.vec;
   const bool narrow_full =
       !partial && pipelined && plan.cluster < kMaxCluster && param_bytes <= row_bytes;
