@@ -45,6 +45,19 @@ from utils import (
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 
 
+def _aligned_cluster_lengths(dtype: torch.dtype) -> list[int]:
+    """The cluster tier's edge lengths of whole packs for the dtype (aligned rows)."""
+    elem = dtype.itemsize
+    vec = pack_width(elem)
+    lengths = [
+        n
+        for n in tier_edge_lengths(elem)
+        if plan_row_tier(n, vec).tier == "cluster" and n % vec == 0
+    ]
+    assert lengths
+    return lengths
+
+
 FAMILIES = families()
 
 
@@ -279,14 +292,7 @@ def test_cluster_kept_rows_many_per_cluster(dtype, monkeypatch):
     cluster length gives the bits of the register kernel, which runs one row per cluster."""
     import rownorm
 
-    elem = dtype.itemsize
-    vec = pack_width(elem)
-    lengths = [
-        n
-        for n in tier_edge_lengths(elem)
-        if plan_row_tier(n, vec).tier == "cluster" and n % vec == 0
-    ]
-    assert lengths
+    lengths = _aligned_cluster_lengths(dtype)
     for n in lengths:
         rows = (1 << 24) // n + 7
         x = scaled_rows(rows, n, dtype, "cuda")
@@ -473,14 +479,8 @@ def test_cluster_register_rows_stage_parameters_at_any_offset(dtype, monkeypatch
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the cluster tier runs on sm_90+")
-    elem = dtype.itemsize
-    vec = pack_width(elem)
-    lengths = [
-        n
-        for n in tier_edge_lengths(elem)
-        if plan_row_tier(n, vec).tier == "cluster" and n % vec == 0
-    ]
-    assert lengths
+    vec = pack_width(dtype.itemsize)
+    lengths = _aligned_cluster_lengths(dtype)
     for n in lengths:
         x = scaled_rows(2 * vec + 3, n, dtype, "cuda")
         r = torch.randn_like(x)

@@ -326,6 +326,19 @@ struct ParamSlices {
   // parameter, an element at a time: once per CTA (or per class of rows that do not start
   // aligned, whose packs start `head` columns in), and a parameter need not be aligned.
   ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t begin, int64_t end, int64_t head = 0) {
+    ForEachOwnedPiece(ps, rank, begin, end, head, [&](int j, int k, int h, const W* src) {
+      Pack<W, kPiece> q;
+#pragma unroll
+      for (int e = 0; e < kPiece; ++e) q.Set(e, ToAcc(src[e]));
+      pieces[j][k][h][rank] = q;
+    });
+  }
+
+  // f(j, k, h, src) for piece h of thread `rank`'s pack k (begin + rank + k * kThreads < end) of
+  // every given parameter j, src its first element (packs `head` columns in).
+  template <class F>
+  ROWNORM_DEVICE static void ForEachOwnedPiece(const PS& ps, int rank, int64_t begin, int64_t end,
+                                               int64_t head, F f) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       if (ps.p[j] == nullptr) continue;
@@ -334,14 +347,7 @@ struct ParamSlices {
         const int64_t v = begin + rank + int64_t{k} * kThreads;
         if (v >= end) continue;
 #pragma unroll
-        for (int h = 0; h < kPieces; ++h) {
-          Pack<W, kPiece> q;
-#pragma unroll
-          for (int e = 0; e < kPiece; ++e) {
-            q.Set(e, ToAcc(ps.p[j][head + v * kVec + h * kPiece + e]));
-          }
-          pieces[j][k][h][rank] = q;
-        }
+        for (int h = 0; h < kPieces; ++h) f(j, k, h, ps.p[j] + head + v * kVec + h * kPiece);
       }
     }
   }
@@ -393,20 +399,9 @@ struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
       Base::Fill(ps, rank, begin, end);
       return;
     }
-#pragma unroll
-    for (int j = 0; j < Base::K; ++j) {
-      if (ps.p[j] == nullptr) continue;
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k) {
-        const int64_t v = begin + rank + int64_t{k} * kThreads;
-        if (v >= end) continue;
-#pragma unroll
-        for (int h = 0; h < Base::kPieces; ++h) {
-          CopyPackAsync</*kCacheL1=*/true>(&this->pieces[j][k][h][rank],
-                                           ps.p[j] + v * kVec + h * Base::kPiece);
-        }
-      }
-    }
+    Base::ForEachOwnedPiece(ps, rank, begin, end, 0, [&](int j, int k, int h, const W* src) {
+      CopyPackAsync</*kCacheL1=*/true>(&this->pieces[j][k][h][rank], src);
+    });
     CommitAsyncCopies();
   }
 
