@@ -10,13 +10,11 @@ the table's plan at every such edge and one past it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 import rownorm
 import torch
-from utils import HAS_CUDA, cuda_only, dram_gbps_per_sm
+from utils import HAS_CUDA, cuda_only, dram_gbps_per_sm, run_logged
 
 EXPLAINED_OPS = (
     "l2_normalize",
@@ -204,21 +202,8 @@ def test_explain_bad_input():
         rownorm.explain(torch.tensor(1.0))
 
 
-def _run_logged(code: str) -> subprocess.CompletedProcess:
-    """Runs ``code`` (after ``import rownorm, torch``) in a new interpreter, plan log on."""
-    env = dict(os.environ, ROWNORM_LOG_PLAN="1")
-    return subprocess.run(
-        [sys.executable, "-c", f"import rownorm, torch\n{code}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-
-
 def _logged(code: str) -> list[str]:
-    return [line for line in _run_logged(code).stderr.splitlines() if line.startswith("rownorm: ")]
+    return [line for line in run_logged(code).stderr.splitlines() if line.startswith("rownorm: ")]
 
 
 def test_log_plan_cpu():
@@ -400,7 +385,7 @@ def test_log_plan_matches_explain():
         "rownorm.rms_norm(x)\n"
         "print(rownorm.explain(x, 'rms_norm').raw)\n"
     )
-    run = _run_logged(code)
+    run = run_logged(code)
     logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: rms_norm:")]
     assert len(logged) == 1
     words = dict(w.split("=", 1) for w in logged[0].split(": ", 2)[2].split())

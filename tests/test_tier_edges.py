@@ -15,10 +15,6 @@ every length (test_correctness covers it).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from rownorm.testing.tiers import (
@@ -39,6 +35,7 @@ from utils import (
     families,
     gpu_rows,
     raw_case,
+    run_logged,
     scaled_rows,
 )
 
@@ -361,7 +358,6 @@ def test_cluster_parameters_read_per_row_on_fast_gpus(monkeypatch):
 # which takes the parameters as given; whether the two calls gave the same bits.
 _NO_PARAMS_CODE = """
 import sys
-import rownorm, torch
 for op, dtype, n in [(op, getattr(torch, dt), int(n)) for op, dt, n in
                      (case.split(":") for case in sys.argv[1:])]:
     x = torch.randn(300, n, device="cuda", dtype=dtype)
@@ -388,15 +384,7 @@ def test_cluster_forwards_given_no_parameters_keep_none():
         pytest.skip("the kept-parameter kernels are cluster kernels (sm_90+)")
     cases = ["rms_norm:bfloat16:262144", "rms_norm:float32:131072", "rms_norm:bfloat16:98304"]
     cases += ["layer_norm:bfloat16:262144"]
-    env = {k: v for k, v in os.environ.items() if k != "ROWNORM_CLUSTER_ROWS"}
-    run = subprocess.run(
-        [sys.executable, "-c", _NO_PARAMS_CODE, *cases],
-        env={**env, "ROWNORM_LOG_PLAN": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
+    run = run_logged(_NO_PARAMS_CODE, *cases, unset=("ROWNORM_CLUSTER_ROWS",))
     logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: ")]
     printed = [line.split(" ", 3) for line in run.stdout.splitlines()]
     assert len(printed) == len(cases), run.stdout

@@ -8,6 +8,9 @@ the tests need.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import rownorm
@@ -185,3 +188,19 @@ def assert_unit_rows(out: torch.Tensor, dim: int, *, skip_zero_of: torch.Tensor 
         return
     worst = (norms - 1).abs().max().item()
     assert worst <= TOL[out.dtype].unit, f"a row has norm off 1 by {worst:.3e}"
+
+
+def run_logged(code: str, *args: str, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Runs ``code`` (after ``import rownorm, torch``) in a new interpreter with the plan log on
+    (ROWNORM_LOG_PLAN), ``args`` as its ``sys.argv[1:]``, the environment variables ``unset``
+    removed; the plan lines are on its stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["ROWNORM_LOG_PLAN"] = "1"
+    return subprocess.run(
+        [sys.executable, "-c", f"import rownorm, torch\n{code}", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )

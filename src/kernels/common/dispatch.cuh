@@ -565,7 +565,6 @@ cudaError_t PlanRowOp(const Args& a, int param_bytes, RowPlan* plan) {
 template <class Op, class Args, int kThreads, int kCluster, ClusterKind kKind, int kVecs,
           bool kAligned = true>
 cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
-  constexpr size_t kSmem = ClusterSmem<Op, Args, kThreads, kKind, kVecs>();
   int64_t clusters = std::min<int64_t>(a.rows, INT_MAX / kCluster);
   if constexpr (kKind != ClusterKind::kRegisters) {
     int resident = 0;
@@ -574,9 +573,12 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     clusters = std::min<int64_t>(clusters, std::max(resident, 1));
   }
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, kSmem>(
-      attr, static_cast<unsigned>(kCluster * clusters), stream);
+  const auto launch = [&](auto kernel, auto smem) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = ClusterConfig<kThreads, kCluster, decltype(smem)::value>(
+        attr, static_cast<unsigned>(kCluster * clusters), stream);
+    return cudaLaunchKernelEx(&cfg, kernel, a, op);
+  };
   if constexpr (kKind == ClusterKind::kRegisters && AlignedRegisterRows<kThreads>()) {
     if (RowsAligned(a)) {
       constexpr auto kKernel = ClusterRegisterKernel<Op, Args, kThreads, kCluster, kVecs, true>();
@@ -584,14 +586,11 @@ cudaError_t LaunchClusterRow(const Args& a, const Op& op, cudaStream_t stream) {
       int resident = 0;  // sets the kernel's cluster attributes (once per device)
       const cudaError_t err = ResidentClusters<kKernel, kThreads, kCluster, kStage>(&resident);
       if (err != cudaSuccess) return err;
-      cudaLaunchAttribute staged_attr[1];
-      const cudaLaunchConfig_t staged = ClusterConfig<kThreads, kCluster, kStage>(
-          staged_attr, static_cast<unsigned>(kCluster * clusters), stream);
-      return cudaLaunchKernelEx(&staged, kKernel, a, op);
+      return launch(kKernel, std::integral_constant<size_t, kStage>{});
     }
   }
-  return cudaLaunchKernelEx(
-      &cfg, ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs, kAligned>(), a, op);
+  return launch(ClusterKernel<Op, Args, kThreads, kCluster, kKind, kVecs, kAligned>(),
+                std::integral_constant<size_t, ClusterSmem<Op, Args, kThreads, kKind, kVecs>()>{});
 }
 
 template <class Op, class Args, int kThreads, int kCluster, int kVecs>

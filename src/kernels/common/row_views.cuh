@@ -372,18 +372,19 @@ struct ParamSlices {
   }
 };
 
-// ParamSlices refilled for every row by the cluster tier's register rows (ClusterRows with
-// kStaged): the thread's copies are issued (IssueAsync) right after the row's loads, as
-// cp.async through L1 (the SM's next CTAs of the same slice rank read the same columns), so
-// that they arrive while the row is reduced, and waited for before the row's stores read them. Read
-// per row from global memory between one pack's store and the next, the parameters waited a round
-// trip from L2 per pack: 28% of the stall samples of rms_norm's register rows, bf16 131072, where
-// without a weight they ran as fast as l2_normalize's and with one 1.06-1.18x the time
+// ParamSlices refilled for every row by the cluster tier's register rows (ClusterRows given a
+// Slices that StagesPerRow): the thread's copies are issued (IssueAsync) right after the row's
+// loads, as cp.async through L1 (the SM's next CTAs of the same slice rank read the same columns),
+// so that they arrive while the row is reduced, and waited for before the row's stores read them.
+// Read per row from global memory between one pack's store and the next, the parameters waited a
+// round trip from L2 per pack: 28% of the stall samples of rms_norm's register rows, bf16 131072,
+// where without a weight they ran as fast as l2_normalize's and with one 1.06-1.18x the time
 // (benchmarks/results/h200/NOTES.md §36).
 template <class PS, typename Acc, int kVecs, int kVec, int kThreads>
 struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
   using Base = ParamSlices<PS, Acc, kVecs, kVec, kThreads>;
   using W = typename Base::W;
+  static constexpr bool kStagesPerRow = true;
 
   // Thread `rank`'s packs begin + rank + k * kThreads (< end) of every given parameter of
   // aligned rows: 16-byte asynchronous copies where every given parameter is 16-byte aligned,
@@ -410,6 +411,14 @@ struct StagedParamSlices : ParamSlices<PS, Acc, kVecs, kVec, kThreads> {
     Base::Get(ps, k, rank, pv);
   }
 };
+
+// Whether a kernel's copy of the parameters, Slices, is refilled per row (StagedParamSlices)
+// rather than kept for every row (ParamSlices).
+template <class Slices, class = void>
+struct StagesPerRow : std::false_type {};
+template <class Slices>
+struct StagesPerRow<Slices, std::void_t<decltype(Slices::kStagesPerRow)>>
+    : std::bool_constant<Slices::kStagesPerRow> {};
 
 // A row's packs staged in shared memory by a prefetching kernel (CtaRowSumsStagedKernel, through
 // CachedRow::Prefetch): thread t's pack k of input i at [k][i][t] (a warp's 16-byte accesses

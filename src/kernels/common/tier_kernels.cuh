@@ -712,14 +712,16 @@ using ParamSlicesOf = ParamSlices<decltype(std::declval<const Op&>().ColumnParam
                                   AccType<typename Args::InElem>, kVecs, kVec, kThreads>;
 
 // Whether the cluster tier's register rows of Op stage its ColumnParams() per row in shared
-// memory (StagedParamSlices, ClusterRows' kStaged): forwards with per-column parameters, on
-// aligned rows (dispatch.cuh's ClusterRegisterKernel), where a pack's parameters take one
-// 16-byte copy: one parameter of the row's dtype (rms_norm, add_rms_norm), whose stage (32 KB
-// on 256 x 8 packs) leaves four CTAs per SM. Not the 16-bit parameters of a float32 residual
-// stream's packs of four, nor layer_norm's two or a float32 weight on 16-bit rows (64 KB): H200,
-// forward, the register kernel's time staged ÷ read per row (each ÷ l2_normalize's in its own
-// run), layer_norm bf16 65536-262144 1.38-1.52, fp32 32768 / 131072 1.58 / 1.49 (three CTAs per
-// SM, and L1 down to what shared memory leaves: benchmarks/results/h200/NOTES.md §36).
+// memory (StagedParamSlices): forwards with per-column parameters, on aligned rows
+// (dispatch.cuh's ClusterRegisterKernel), where a pack's parameters take one 16-byte copy: one
+// parameter of the row's dtype (rms_norm, add_rms_norm), whose stage (32 KB on 256 x 8 packs)
+// leaves four CTAs per SM. Not the 16-bit parameters of a float32 residual stream's packs of
+// four, nor parameters of two copies a pack (layer_norm's two, a float32 weight on 16-bit rows),
+// which staged ran slower than read per row and than the kept copy. H200, forward, time ÷ main's
+// plan (the kept copy; benchmarks/results/h200/NOTES.md §37): layer_norm with 6 of 8 packs
+// staged (48 KB, four CTAs per SM) bf16 65536 / 131072 / 262144 1.20 / 1.22 / 1.22, fp32 32768 /
+// 131072 1.20 / 1.23; all 8 (64 KB, three CTAs) 1.40-1.42 and 1.23-1.30; rms_norm bf16 with a
+// float32 weight, 6 of 8 staged, 1.22 (read per row: 1.01, §36).
 template <class Op, class Args, bool kAligned>
 constexpr bool StagesRowParams() {
   if constexpr (kAligned && OpTraits<Op>::kColumnParams && OpTraits<Op>::kColumnSums == 0) {
@@ -778,13 +780,14 @@ struct PhasedRowOrder {
 // ClusterRegisterKernel and ClusterParamRowKernel); kept parameters without kAligned are those
 // of a problem in phase, its rows run class by class (PhasedRowOrder) and the parameters' copy
 // refilled, shifted to the class's packs, where a cluster's next row is of another class.
-// With kStaged (Slices = StagedParamSlices; a cluster per row, aligned rows) each thread copies
-// its columns' parameters for every row, asynchronously, after the row's loads.
+// With a Slices refilled per row (StagesPerRow: StagedParamSlices; a cluster per row, aligned
+// rows) each thread copies its columns' parameters for every row, asynchronously, after the
+// row's loads.
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
-          class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false,
-          bool kStaged = false>
+          class Slices = NoParamCache, bool kPipelined = false, bool kAligned = false>
 __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kStaged = StagesPerRow<Slices>::value;
   static_assert(!kStaged || (kAligned && !kPipelined), "staged: aligned rows, one at a time");
   constexpr bool kKept = !std::is_same_v<Slices, NoParamCache> && !kStaged;
   constexpr bool kPhased = kKept && !kAligned;
@@ -863,10 +866,10 @@ __device__ __forceinline__ void ClusterRows(const Args& args, const Op& op) {
 // The register rows (the forwards with per-column parameters staging them on aligned rows).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
 __device__ __forceinline__ void RegisterClusterRows(const Args& args, const Op& op) {
-  constexpr bool kStaged = StagesRowParams<Op, Args, kAligned>();
   ClusterRows<Op, Args, kVec, kVecs, kThreads, kCluster,
-              typename RowParamStage<Op, Args, kVec, kVecs, kThreads, kStaged>::type, false,
-              kAligned, kStaged>(args, op);
+              typename RowParamStage<Op, Args, kVec, kVecs, kThreads,
+                                     StagesRowParams<Op, Args, kAligned>()>::type,
+              false, kAligned>(args, op);
 }
 
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
