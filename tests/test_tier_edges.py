@@ -313,11 +313,12 @@ def test_cluster_parameters_read_per_row_on_fast_gpus(monkeypatch):
     """plan.h's KeepsClusterParams: on GPUs of at least 30 GB/s of DRAM bandwidth per SM (the
     H200), cluster forwards read their parameters in every row, where the kept copy measured
     slower, (1) on rows shorter than their cluster holds whose parameters take more than 4
-    bytes a column (layer_norm's float32 weight and bias: 1.12-1.23x the time kept), (2) on
-    full rows of clusters of fewer than 16 CTAs whose parameters are no wider than the row, and
-    (3) wherever the register rows stage their parameters per row (rms_norm, add_rms_norm: the
-    kept copy took 1.02-1.10x the time), 16-CTA clusters and partial rows included. The kernel
-    differs, the bits do not. On slower GPUs the rule does not apply (skipped)."""
+    bytes a column (layer_norm's float32 weight and bias: 1.12-1.23x the time kept), and (2)
+    wherever the register rows stage their parameters per row (rms_norm, add_rms_norm: the
+    kept copy took 1.02-1.10x the time), 16-CTA clusters and partial rows included; layer_norm
+    given a weight alone keeps it (its kept copy took 0.91-0.95x the time of 16-bit full rows
+    read per row). The kernel differs, the bits do not. On slower GPUs the rule does not apply
+    (skipped)."""
     import rownorm
 
     if torch.cuda.get_device_capability()[0] < 9 or dram_gbps_per_sm() < 30:
@@ -397,6 +398,42 @@ def test_cluster_forwards_given_no_parameters_keep_none():
         kept += "params=once" in explained
         assert same == "True", (op, n)
     assert kept > 0, printed  # some of the cases keep their parameters when given them
+
+
+# layer_norm given a weight alone (no bias), each case's largest error against float64, relative
+# to the reference where that exceeds 1.
+_WEIGHT_ALONE_CODE = """
+import sys
+for dt, n in [(getattr(torch, d), int(n)) for d, n in (c.split(":") for c in sys.argv[1:])]:
+    g = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randn(200, n, device="cuda", dtype=dt, generator=g)
+    w = torch.randn(n, device="cuda", dtype=dt, generator=g)
+    with torch.no_grad():
+        y = rownorm.layer_norm(x, w)
+    ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double())
+    print(n, float(((y.double() - ref).abs() / ref.abs().clamp_min(1)).max()), flush=True)
+"""
+
+
+@cuda_only
+def test_cluster_layer_norm_given_a_weight_alone_keeps_it_on_fast_gpus():
+    """layer_norm given a weight and no bias, on full rows of the cluster tier: on GPUs of at
+    least 30 GB/s of DRAM bandwidth per SM the forward keeps the weight per CTA (plan.h's
+    KeepsClusterParams: the kept copy took 0.91-0.95x the time of the rows that read it per
+    row, bf16 65536 / 131072). Each call's logged plan (ROWNORM_LOG_PLAN) and its largest
+    error against float64 (relative where the reference exceeds 1)."""
+    if torch.cuda.get_device_capability()[0] < 9 or dram_gbps_per_sm() < 30:
+        pytest.skip("the rule applies on sm_90+ GPUs of >= 30 GB/s of DRAM bandwidth per SM")
+    cases = ["bfloat16:65536", "bfloat16:131072", "float32:32768", "float32:65536"]
+    run = run_logged(_WEIGHT_ALONE_CODE, *cases, unset=("ROWNORM_CLUSTER_ROWS",))
+    logged = [line for line in run.stderr.splitlines() if line.startswith("rownorm: layer_norm:")]
+    assert len(logged) == len(cases), run.stderr
+    for case, line, printed in zip(cases, logged, run.stdout.splitlines(), strict=True):
+        assert "tier=cluster" in line and "params=once" in line, (case, line)
+        n, err = printed.split()
+        assert n == case.split(":")[1], (case, printed)
+        tol = 2**-7 if case.startswith("bfloat16") else 1e-5  # twice an element's rounding
+        assert float(err) < tol, (case, err)
 
 
 def _forwards_with_params(

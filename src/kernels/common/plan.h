@@ -189,21 +189,18 @@ constexpr int kKeptRowsSlack = 16;
 // 98304 1.11; on full rows 0.99-1.01 (fp32 32768 / 65536) and 0.94 (bf16, float32 parameters,
 // 131072) (NOTES.md §35).
 constexpr int kMaxPartialKeptParamBytes = 4;
-// Full rows of one input on clusters of fewer than kMaxCluster CTAs whose parameters take no
-// more bytes a column than the row's input (rms_norm's weight) read them in every row on those
-// GPUs: all of a thread's packs hold the row, and the register kernel's four CTAs per SM keep
-// more of it in flight than the kept copy's two. H200, forward, the kept copy's time ÷ the
-// per-row kernel's, run by run (NOTES.md §34-§35): rms_norm bf16 65536 (4 CTAs) 1.050 / 1.050,
-// fp32 32768 (4) 1.037 / 1.04, bf16 131072 (8) 1.008 / 1.009 / 1.010 / 1.012, fp32 65536 (8)
-// 1.004 / 1.006 / 1.011, fp16 131072 1.010; where the parameters are wider (a float32 weight on
-// bf16 rows, 131072) 0.986, and on 16 CTAs 0.88-0.90.
 
 // Forwards whose register rows stage their parameters per row (aligned rows of 256 threads,
 // one 16-byte copy a pack: rms_norm and add_rms_norm; tier_kernels.cuh's StagesRowParams) read
 // them per row on those GPUs wherever the register kernel runs: staged, the weight costs those
 // rows nothing. H200, forward, time ÷ l2_normalize's on the same rows (NOTES.md §36): rms_norm
 // bf16 65536 / 131072 / 262144 on the register kernel 1.001 / 1.004 / 1.014, the kept copy
-// 1.102 / 1.104 / 1.076; fp32 32768 / 131072 0.984 / 0.983 against 1.049 / 1.017.
+// 1.102 / 1.104 / 1.076; fp32 32768 / 131072 0.984 / 0.983 against 1.049 / 1.017. (A rule
+// that read per row, on full rows of fewer than kMaxCluster CTAs, the parameters no wider than
+// the row went once staging covered rms_norm's weight, measured run by run at 1.004-1.050 of
+// the per-row time kept (§34-§35): it then decided only layer_norm given a weight alone, whose
+// kept copy took 0.947 / 0.907 of the per-row time at bf16 65536 / 131072 and 1.036 / 1.026 at
+// fp32 32768 / 65536: NOTES.md §37.)
 
 // Whether the cluster tier's forward given per-column parameters of `param_bytes` a column (those
 // given: op_traits.h's GivenParamBytes; none given, there is no kept copy to run) runs the kept
@@ -228,9 +225,7 @@ inline bool KeepsClusterParams(int64_t n, const RowPlan& plan, int param_bytes, 
     return false;
   }
   const bool partial = n < int64_t{plan.cluster} * plan.threads * plan.packs * plan.vec;
-  const bool narrow_full =
-      !partial && pipelined && plan.cluster < kMaxCluster && param_bytes <= row_bytes;
-  if (fast && ((partial && param_bytes > kMaxPartialKeptParamBytes) || narrow_full)) {
+  if (fast && partial && param_bytes > kMaxPartialKeptParamBytes) {
     *per_row = true;
     return false;
   }
