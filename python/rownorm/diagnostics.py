@@ -73,9 +73,8 @@ class Plan:
             on 16-CTA clusters, or where the parameters take more than twice the row's input
             bytes a column, as float32 ones on 16-bit layer_norm rows; at or above it, not
             on rows shorter than their cluster holds whose parameters take more than 4 bytes
-            a column, nor on full rows of 4-8 CTAs whose parameters are no wider than the
-            row, nor where the register rows copy the parameters into shared memory with each
-            row's loads, as rms_norm's and add_rms_norm's of the row's dtype:
+            a column, nor where the register rows copy the parameters into shared memory with
+            each row's loads, as rms_norm's and add_rms_norm's of the row's dtype:
             ``KeepsClusterParams`` in ``src/kernels/common/plan.h``), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
             memory). The CTA tier's forwards read them in every row.
