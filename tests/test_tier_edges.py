@@ -436,6 +436,41 @@ def test_cluster_layer_norm_given_a_weight_alone_keeps_it_on_fast_gpus():
         assert float(err) < tol, (case, err)
 
 
+@cuda_only
+def test_cluster_layer_norm_first_element_far_from_the_mean():
+    """layer_norm's cluster rows take each slice's M2 about the slice's own mean in a second
+    pass (layer_norm.cuh's SliceMoments), not as Σd² − (Σd)²/n of d = x − x₀ in one pass, which
+    cancels where the row's first element x₀ is far from its mean. Rows whose first element is
+    30 over a spread of 0.01, or 1000 over a spread of 1: the share of outputs that are not the
+    correctly rounded float64 result. H200, two passes: bf16 65536 / 262144 0.45-1.09%, fp16
+    131072 3.5-4.1%; one pass: 4.4-16.4% and 26.6-45.1% (benchmarks/results/h200/NOTES.md
+    §37)."""
+    import rownorm
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster tier runs on sm_90+")
+    rows = 64
+    for dtype, n, most in [
+        (torch.bfloat16, 65536, 0.02),
+        (torch.bfloat16, 262144, 0.02),
+        (torch.float16, 131072, 0.08),
+    ]:
+        g = torch.Generator(device="cuda").manual_seed(n)
+        base = torch.randn(rows, n, device="cuda", generator=g)
+        w = torch.randn(n, device="cuda", generator=g).to(dtype)
+        b = torch.randn(n, device="cuda", generator=g).to(dtype)
+        for first, spread in ((30.0, 0.01), (1000.0, 1.0)):
+            x = base * spread
+            x[:, 0] = first
+            x = x.to(dtype)
+            assert rownorm.explain(x, "layer_norm").tier == "cluster", (dtype, n)
+            with torch.no_grad():
+                y = rownorm.layer_norm(x, w, b)
+            ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+            wrong = float((y != ref.to(dtype)).double().mean())
+            assert wrong < most, (dtype, n, first, spread, wrong)
+
+
 def _forwards_with_params(
     x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor | None = None
 ) -> list:
