@@ -662,3 +662,54 @@ def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
     assert plans["bogus"] == plans[""]
     assert torch.equal(runs["bogus"], runs[""])
     assert "ROWNORM_CLUSTER_ROWS=bogus is not one of" in capfd.readouterr().err
+
+
+# Every case's outputs (forwards, and rms_norm / layer_norm's gradients) saved to argv[1]; the
+# rows: the group tier (256, 1000, 1024), the CTA tier (4096, 8191, 8192), and rows that start
+# two elements past a 16-byte boundary (head scalars: a line shared by two rows).
+_L2_KEEP_CODE = """
+import sys
+outs = {}
+for dt in (torch.bfloat16, torch.float32):
+    for n in (256, 1000, 1024, 4096, 8191, 8192):
+        g = torch.Generator(device="cuda").manual_seed(n)
+        base = torch.randn(301, n + 2, device="cuda", dtype=dt, generator=g)
+        w = torch.randn(n, device="cuda", dtype=dt, generator=g)
+        b = torch.randn(n, device="cuda", dtype=dt, generator=g)
+        dy = torch.randn(301, n, device="cuda", dtype=dt, generator=g)
+        for shift in (0, 2):
+            x = base[:, shift:shift + n]
+            key = f"{dt} {n} {shift}"
+            with torch.no_grad():
+                outs[key + " l2"] = rownorm.l2_normalize(x, -1)
+                outs[key + " softmax"] = rownorm.softmax(x, -1)
+                outs[key + " add_rms"] = rownorm.add_rms_norm(x, dy, w)[0]
+            xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+            y = rownorm.rms_norm(xg, wg)
+            outs[key + " rms"] = (y.detach(), *torch.autograd.grad(y, (xg, wg), dy))
+            y = rownorm.layer_norm(xg, wg, bg)
+            outs[key + " ln"] = (y.detach(), *torch.autograd.grad(y, (xg, wg, bg), dy))
+torch.save(outs, sys.argv[1])
+"""
+
+
+@cuda_only
+def test_rows_kept_in_l2_give_the_same_bits(tmp_path):
+    """The group and CTA tiers load a row's input 0 with L2's evict_last priority on fast GPUs
+    and release its lines once the row is stored (plan.h's KeepsRowInputInL2; forced on and
+    off by ROWNORM_L2_KEEP): a cache hint, so every output and gradient has the same bits
+    either way, on aligned rows and on rows that share a line with the next."""
+    got = {}
+    for keep in ("0", "1"):
+        path = tmp_path / f"keep{keep}.pt"
+        run_logged(_L2_KEEP_CODE, str(path), env={"ROWNORM_L2_KEEP": keep})
+        got[keep] = torch.load(path)
+    assert got["0"].keys() == got["1"].keys()
+    for key, off in got["0"].items():
+        on = got["1"][key]
+        for a, b in zip(
+            off if isinstance(off, tuple) else (off,),
+            on if isinstance(on, tuple) else (on,),
+            strict=True,
+        ):
+            assert torch.equal(a, b), key

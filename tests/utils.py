@@ -190,11 +190,13 @@ def assert_unit_rows(out: torch.Tensor, dim: int, *, skip_zero_of: torch.Tensor 
     assert worst <= TOL[out.dtype].unit, f"a row has norm off 1 by {worst:.3e}"
 
 
-def run_logged(code: str, *args: str, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_logged(
+    code: str, *args: str, unset: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Runs ``code`` (after ``import rownorm, torch``) in a new interpreter with the plan log on
     (ROWNORM_LOG_PLAN), ``args`` as its ``sys.argv[1:]``, the environment variables ``unset``
-    removed; the plan lines are on its stderr."""
-    env = {k: v for k, v in os.environ.items() if k not in unset}
+    removed and those of ``env`` set; the plan lines are on its stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in unset} | (env or {})
     env["ROWNORM_LOG_PLAN"] = "1"
     return subprocess.run(
         [sys.executable, "-c", f"import rownorm, torch\n{code}", *args],

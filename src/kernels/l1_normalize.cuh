@@ -20,7 +20,8 @@ namespace rownorm {
 template <typename T, typename Acc>
 struct L1NormalizeFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;  // x
+  static constexpr int kIn = 1;                  // x
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   Acc eps;
   bool mean;
 
@@ -37,7 +38,8 @@ struct L1NormalizeFwdOp {
 template <typename T, typename Acc>
 struct L1NormalizeBwdOp {
   using Elem = T;
-  static constexpr int kIn = 2;  // x, dy
+  static constexpr int kIn = 2;                  // x, dy
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   Acc eps;
   bool mean;
 

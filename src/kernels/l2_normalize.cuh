@@ -18,7 +18,8 @@ namespace rownorm {
 template <typename T, typename Acc>
 struct L2NormalizeFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;  // x
+  static constexpr int kIn = 1;                  // x
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   Acc eps;
 
   template <class Row>
@@ -33,7 +34,8 @@ struct L2NormalizeFwdOp {
 template <typename T, typename Acc>
 struct L2NormalizeBwdOp {
   using Elem = T;
-  static constexpr int kIn = 2;  // x, dy
+  static constexpr int kIn = 2;                  // x, dy
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   Acc eps;
 
   template <class Row>

@@ -62,7 +62,8 @@ struct RmsNormScale {
 template <typename T, typename Acc, typename W>
 struct RmsNormFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;  // x
+  static constexpr int kIn = 1;                  // x
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   // Cluster rows of 256 threads held to 64 registers, four CTAs per SM (op_traits.h; ptxas
   // alone: 71-80 at 16 bits, 76-78 at float32 on 2-4 CTAs, three per SM). H100, forward, time ÷
   // main's plan: bf16 65535 / 65536 / 131072 0.978 / 0.982 / 0.974 (to 90 / 95 / 94% of copy),
@@ -121,6 +122,7 @@ struct RmsNormBwdOp {
   using Elem = typename Operands::Elem;
   using Narrowings = typename Operands::Narrowings;
   static constexpr int kIn = kInputs;
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
   static constexpr int kOut = 1 + Operands::kCopies;
   static constexpr int kColumnSums = 1;  // Σ dy⊙ŷ
   // Three inputs: rows of the wide CTA's lengths on 2-CTA clusters (op_traits.h), where the
@@ -184,8 +186,9 @@ struct AddRmsNormFwdOp {
   using Operands = StreamOperands<T, R, 0b10u, 0b01u>;
   using Elem = typename Operands::Elem;
   using Narrowings = typename Operands::Narrowings;
-  static constexpr int kIn = 2;   // x, residual (residual, x for the float32 residual stream)
-  static constexpr int kOut = 2;  // rms_norm(h), h = x + residual
+  static constexpr int kIn = 2;  // x, residual (residual, x for the float32 residual stream)
+  static constexpr bool kKeepsInputInL2 = true;  // bound by DRAM (op_traits.h)
+  static constexpr int kOut = 2;                 // rms_norm(h), h = x + residual
   // 16-bit rows on clusters of 8 and 16 CTAs of 256 x 4 packs a thread (op_traits.h), held to
   // 64 registers, four CTAs per SM: at 8 packs the two inputs took 103-128 registers, two CTAs
   // per SM (held to three, they spilled 90-720 bytes and took 1.15-1.40x the time, §42). H100,

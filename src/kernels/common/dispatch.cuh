@@ -99,6 +99,17 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   return cache.Get(info, ReadDeviceInfo, device);
 }
 
+// `a` with keep_input0_in_l2 as KeepsRowInputInL2 (plan.h) says for the current device.
+template <class Args>
+Args WithInputKeptInL2(const Args& a) {
+  Args kept = a;
+  int device = 0;
+  DeviceInfo dev;
+  kept.keep_input0_in_l2 =
+      GetDeviceInfo(&device, &dev) == cudaSuccess && KeepsRowInputInL2(dev.dram_gbps_per_sm);
+  return kept;
+}
+
 // The element size the tier table plans a problem with: the widest operand's (a pack holds
 // kPackWidth elements of every operand type, so the row is counted in packs of the widest).
 template <class Args>

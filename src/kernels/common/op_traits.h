@@ -17,6 +17,7 @@
 //     static constexpr int ClusterCtasPerSm(int cluster, int threads, int packs);  // optional,
 //                                            // default 0 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
+//     static constexpr bool kKeepsInputInL2;  // optional, default false (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -64,6 +65,14 @@
 // kWideClusterPacks = 8 with kClusterPacks = 4: the 4-pack rows end at 16 CTAs of 256; longer
 // rows run 16 CTAs of 256 x 8 packs and the wide cluster as other ops do (add_rms_norm's
 // forward, whose kept-parameter rows there beat 16 CTAs of 512 x 4: kernels/rms_norm.cuh).
+//
+// kKeepsInputInL2 = true: the group and CTA tiers load input 0 with L2's evict_last priority
+// where the device takes it (plan.h's KeepsRowInputInL2) and release its lines after each row
+// (row_views.cuh's CachedRow::LoadWithPolicy, ReleaseInput0). For the ops whose short rows are
+// bound by DRAM: H200, bf16, 2^27 elements back to back, time ÷ main's: l2_normalize 0.975-
+// 0.992, rms_norm 0.982-0.998 (fp32 0.979-0.983), add_rms_norm 0.988, rms_norm's dx 0.980. Not
+// layer_norm's and softmax's forwards, bound by their instructions: 1.028-1.071, and with the
+// hint off 1.002-1.032, from the kernels' code alone (benchmarks/results/h200/NOTES.md §38).
 //
 // CtaCtasPerSm(threads, packs) = c > 0 (ops of one input): the CTA tier's rows of `threads` x
 // `packs` run held to the registers of c CTAs per SM (CtaRowKernelBounded, tier_kernels.cuh),
@@ -160,6 +169,11 @@ struct NarrowingsOf<Op, std::void_t<typename Op::Narrowings>> {
   using type = typename Op::Narrowings;
 };
 template <class Op, class = void>
+struct KeepsInputInL2 : std::false_type {};
+template <class Op>
+struct KeepsInputInL2<Op, std::void_t<decltype(Op::kKeepsInputInL2)>>
+    : std::bool_constant<Op::kKeepsInputInL2> {};
+template <class Op, class = void>
 struct HasColumnParams : std::false_type {};
 template <class Op>
 struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
@@ -180,6 +194,7 @@ struct OpTraits {
   static constexpr bool kColumnParams = op_traits_detail::HasColumnParams<Op>::value;
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
   static constexpr int kWideClusterPacks = op_traits_detail::WideClusterPacks<Op>::value;
+  static constexpr bool kKeepsInputInL2 = op_traits_detail::KeepsInputInL2<Op>::value;
   static_assert(kWideClusterPacks == kClusterPacks || kWideClusterPacks == 8,
                 "the 4-pack rows of the wide cluster follow those of 256 threads");
   static constexpr int CtaCtasPerSm(int threads, int packs) {

@@ -114,6 +114,32 @@ struct alignas(sizeof(T) * N) Pack {
   }
 };
 
+#if defined(__CUDACC__)
+// L2 eviction priorities (sm_80+). A row's input loaded with evict_last and set back to
+// evict_normal once the row is stored (CachedRow::LoadWithPolicy, ReleaseInput0) streams 2-3%
+// faster on the H200 (plan.h's KeepsRowInputInL2); likely because the L2 then evicts the
+// written rows' lines first, while the read ones wait (not profiled). Left at evict_last, the
+// lines would crowd out the next kernel's data. The policy of a load: evict_last where `keep`,
+// else evict_normal, a plain load's priority. Not volatile: a kernel's loads share one value.
+ROWNORM_DEVICE uint64_t L2EvictionPolicy(bool keep) {
+  uint64_t last, normal;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(last));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return keep ? last : normal;
+}
+// p, whose loads the compiler issues with `policy` (ld.global.L2::cache_hint).
+template <typename T>
+ROWNORM_DEVICE const T* WithL2Policy(const T* p, uint64_t policy) {
+  return static_cast<const T*>(__nv_associate_access_property(p, policy));
+}
+// Sets the 128-byte L2 line that holds p back to evict_normal.
+ROWNORM_DEVICE void ReleaseL2Line(const void* p) {
+  asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(
+                   reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127})
+               : "memory");
+}
+#endif  // __CUDACC__
+
 // The Pack<T, N> of words at p, where p is aligned to sizeof(T) but not to sizeof(Pack):
 // 4-byte loads, and for 16-bit T at 2 bytes past a word one more word and byte permutes. Where
 // p's alignment is the same for a whole row (a row's parameters at the columns of its packs),

@@ -90,6 +90,26 @@ inline bool ParamGradsTwoPass() {
   return false;
 }
 
+// Whether the group and CTA tiers load a row's input 0 with L2's evict_last priority and set its
+// lines back to evict_normal once the row is stored (args.h's keep_input0_in_l2, for the ops of
+// OpTraits::kKeepsInputInL2; pack.cuh says why): on GPUs of at least kKeepRowInputGbpsPerSm of
+// DRAM bandwidth per SM (the H200, ~37 GB/s; unmeasured on the H100, 25.4 GB/s, which keeps
+// plain loads). H200, bf16, 2^28 elements, the L2 flushed, time ÷ plain loads: l2_normalize
+// 1024 / 8192 0.983 / 0.974, rms_norm 0.981 / 0.979. Released, the lines leave the next kernel
+// its L2: left at evict_last, 10 copies of 16 MB after the row kernel took 1.22x their time
+// (benchmarks/results/h200/NOTES.md §38). ROWNORM_L2_KEEP=0|1 (read once per process)
+// overrides the device's choice: the A/B in one build.
+constexpr float kKeepRowInputGbpsPerSm = 30.0f;
+inline bool KeepsRowInputInL2(float dram_gbps_per_sm) {
+  static const int forced = [] {
+    const char* v = std::getenv("ROWNORM_L2_KEEP");
+    if (v == nullptr || v[0] == '\0') return -1;
+    return std::strcmp(v, "0") == 0 ? 0 : 1;
+  }();
+  if (forced >= 0) return forced == 1;
+  return dram_gbps_per_sm >= kKeepRowInputGbpsPerSm;
+}
+
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 

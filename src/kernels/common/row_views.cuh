@@ -777,6 +777,43 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     });
   }
 
+  // Load, input 0's packs under an L2 eviction policy (pack.cuh's L2EvictionPolicy): kernels
+  // that load with evict_last call ReleaseInput0 once the row is stored.
+  ROWNORM_DEVICE static Loaded LoadWithPolicy(const Team& team, const Args& args, int64_t row,
+                                              bool valid, uint64_t l2_policy) {
+    return LoadWith(team, args, row, valid,
+                    [l2_policy](int, int i, const TIn* src, Pack<TIn, kVec>& dst) {
+                      // The compiler's own load through the annotated pointer: its addressing
+                      // folds as a plain load's (an asm load of each pack's address held 8-16
+                      // more registers in the group kernels).
+                      if (i == 0) src = WithL2Policy(src, l2_policy);
+                      LoadInPack<Args>(src, i, dst);
+                    });
+  }
+
+  // Once `row` (loaded with evict_last) is stored: input 0's L2 lines that this thread's packs
+  // open go back to evict_normal. A line opens with the pack that holds its first 16 bytes; the
+  // team's first pack (thread 0's first) may start inside a line that another row or slice read
+  // too, so thread 0 releases that line as well. Every line of the row is then released by a
+  // thread of the row after its loads landed. Recomputed from args rather than kept in the view:
+  // kept, the addresses held registers through the op body.
+  ROWNORM_DEVICE static void ReleaseInput0(const Team& team, const Args& args, int64_t row,
+                                           bool valid) {
+    const TIn* p = Base::In(args, 0, row, valid);
+    const auto geo = RowGeometry<TIn, kVec>::template Of<kAligned>(p, args.n);
+    const Ownership<Team, kVec> own(team, geo, valid);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = own.first_vec + k * Team::kThreads;
+      if (v < own.vec_end) {
+        const TIn* at = p + geo.head + v * kVec;
+        if ((reinterpret_cast<uintptr_t>(at) & 127) < 16 || (k == 0 && team.ThreadRank() == 0)) {
+          ReleaseL2Line(at);
+        }
+      }
+    }
+  }
+
   using Stage = RowStage<Args, kVec, kVecs, Team::kThreads>;
 
   // Issues the asynchronous copies of this thread's packs of `row` into `stage`.

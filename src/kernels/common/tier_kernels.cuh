@@ -42,11 +42,19 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   constexpr int kRowsPerCta = kCtaThreads / kWidth;
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
+  using Row = CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned>;
+  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2;
+  const bool keep = kKeeps && args.keep_input0_in_l2;  // plan.h's KeepsRowInputInL2
+  const uint64_t policy = L2EvictionPolicy(keep);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
     const int64_t row = base + group;
-    CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows);
+    const bool valid = row < args.rows;
+    Row r(team, args, row, valid,
+          kKeeps ? Row::LoadWithPolicy(team, args, row, valid, policy)
+                 : Row::Load(team, args, row, valid));
     op(r);
+    if (keep) Row::ReleaseInput0(team, args, row, valid);
   }
 }
 
@@ -82,9 +90,15 @@ ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
+  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2;
+  const bool keep = kKeeps && args.keep_input0_in_l2;  // plan.h's KeepsRowInputInL2
+  const uint64_t policy = L2EvictionPolicy(keep);
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
-    Row r(team, args, row, true);
+    Row r(team, args, row, true,
+          kKeeps ? Row::LoadWithPolicy(team, args, row, true, policy)
+                 : Row::Load(team, args, row, true));
     op(r);
+    if (keep) Row::ReleaseInput0(team, args, row, true);
   }
 }
 
