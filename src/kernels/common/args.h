@@ -86,8 +86,9 @@ struct RowArgs : OperandTypes<TIn, kIn, TOut, kOut, Narrowed> {
   int64_t out_stride[kOut];
   int64_t rows;
   int64_t n;
-  // Whether the cached tiers load input 0 with L2's evict_last priority (row_views.cuh's
-  // CachedRow): set per launch from the device (plan.h's KeepsRowInputInL2).
+  // Whether the group tier and the CTAs of up to 256 threads load input 0 with L2's evict_last
+  // priority, for the ops of OpTraits::kKeepsInputInL2 (tier_kernels.cuh): set per launch from
+  // the device (plan.h's KeepsRowInputInL2).
   bool keep_input0_in_l2 = false;
 };
 

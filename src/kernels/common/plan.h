@@ -97,8 +97,8 @@ inline bool ParamGradsTwoPass() {
 // plain loads). H200, bf16, 2^28 elements, the L2 flushed, time ÷ plain loads: l2_normalize
 // 1024 / 8192 0.983 / 0.974, rms_norm 0.981 / 0.979. Released, the lines leave the next kernel
 // its L2: left at evict_last, 10 copies of 16 MB after the row kernel took 1.22x their time
-// (benchmarks/results/h200/NOTES.md §38). ROWNORM_L2_KEEP=0|1 (read once per process)
-// overrides the device's choice: the A/B in one build.
+// (benchmarks/results/h200/NOTES.md §38). ROWNORM_L2_KEEP (read once per process) overrides
+// the device's choice, 0 off and any other non-empty value on: the A/B in one build.
 constexpr float kKeepRowInputGbpsPerSm = 30.0f;
 inline bool KeepsRowInputInL2(float dram_gbps_per_sm) {
   static const int forced = [] {

@@ -90,7 +90,7 @@ ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
-  // Not the CTAs of 512 threads: ptxas took 64 to 85-100 registers there, one CTA per SM where
+  // Not the CTAs of 512 threads: ptxas took 54-64 to 85-103 registers there, one CTA per SM where
   // two ran (H200, bf16 32768: 95-96 to 76-82% of copy; h200/NOTES.md §38).
   constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2 && kThreads <= 256;
   const bool keep = kKeeps && args.keep_input0_in_l2;  // plan.h's KeepsRowInputInL2
