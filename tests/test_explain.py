@@ -233,8 +233,8 @@ def _gpu_table_args(op: str, backward: bool, elem: int) -> tuple[bool, bool, int
 
 def _row_words(plan: rownorm.Plan) -> dict[str, str]:
     words = dict(w.split("=", 1) for w in plan.raw.split())
-    # stages, params, ctas_per_sm: set per op by the launcher, not by the table
-    for key in ("rows", "n", "param_grads", "chunks", "stages", "params", "ctas_per_sm"):
+    # stages, params, ctas_per_sm, l2: set per op by the launcher, not by the table
+    for key in ("rows", "n", "param_grads", "chunks", "stages", "params", "ctas_per_sm", "l2"):
         words.pop(key, None)
     return words
 

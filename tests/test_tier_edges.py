@@ -664,9 +664,10 @@ def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
     assert "ROWNORM_CLUSTER_ROWS=bogus is not one of" in capfd.readouterr().err
 
 
-# Every case's outputs (forwards, and rms_norm / layer_norm's gradients) saved to argv[1]; the
-# rows: the group tier (256, 1000, 1024), the CTA tier (4096, 8191, 8192), and rows that start
-# two elements past a 16-byte boundary (head scalars: a line shared by two rows).
+# Every case's outputs (forwards, and the gradients of rms_norm, layer_norm, add_rms_norm and
+# l2_normalize) saved to argv[1]; the rows: the group tier (256, 1000, 1024), the CTA tier (4096,
+# 8191, 8192), rows that start two elements past a 16-byte boundary (head scalars: a line
+# shared by two rows), and contiguous rows, whose parameter gradients run the fused sums.
 _L2_KEEP_CODE = """
 import sys
 outs = {}
@@ -677,16 +678,19 @@ for dt in (torch.bfloat16, torch.float32):
         w = torch.randn(n, device="cuda", dtype=dt, generator=g)
         b = torch.randn(n, device="cuda", dtype=dt, generator=g)
         dy = torch.randn(301, n, device="cuda", dtype=dt, generator=g)
-        for shift in (0, 2):
-            x = base[:, shift:shift + n]
-            key = f"{dt} {n} {shift}"
+        for rows in ("shift0", "shift2", "contiguous"):
+            x = base[:, 2:].contiguous() if rows == "contiguous" else base[:, int(rows[-1]):][:, :n]
+            key = f"{dt} {n} {rows}"
             with torch.no_grad():
-                outs[key + " l2"] = rownorm.l2_normalize(x, -1)
                 outs[key + " softmax"] = rownorm.softmax(x, -1)
-                outs[key + " add_rms"] = rownorm.add_rms_norm(x, dy, w)[0]
-            xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+            xg, rg, wg, bg = (t.clone().requires_grad_() for t in (x, dy.flip(0), w, b))
+            y = rownorm.l2_normalize(xg, -1)
+            outs[key + " l2"] = (y.detach(), *torch.autograd.grad(y, (xg,), dy))
             y = rownorm.rms_norm(xg, wg)
             outs[key + " rms"] = (y.detach(), *torch.autograd.grad(y, (xg, wg), dy))
+            y, h = rownorm.add_rms_norm(xg, rg, wg)
+            grads = torch.autograd.grad((y, h), (xg, rg, wg), (dy, dy.roll(1, 0)))
+            outs[key + " add_rms"] = (y.detach(), h.detach(), *grads)
             y = rownorm.layer_norm(xg, wg, bg)
             outs[key + " ln"] = (y.detach(), *torch.autograd.grad(y, (xg, wg, bg), dy))
 torch.save(outs, sys.argv[1])
@@ -698,7 +702,8 @@ def test_rows_kept_in_l2_give_the_same_bits(tmp_path):
     """The group and CTA tiers load a row's input 0 with L2's evict_last priority on fast GPUs
     and release its lines once the row is stored (plan.h's KeepsRowInputInL2; forced on and
     off by ROWNORM_L2_KEEP): a cache hint, so every output and gradient has the same bits
-    either way, on aligned rows and on rows that share a line with the next."""
+    either way, on aligned rows, rows that share a line with the next, and the fused parameter
+    gradients' rows."""
     got = {}
     for keep in ("0", "1"):
         path = tmp_path / f"keep{keep}.pt"
@@ -713,3 +718,49 @@ def test_rows_kept_in_l2_give_the_same_bits(tmp_path):
             strict=True,
         ):
             assert torch.equal(a, b), key
+
+
+# The plans (explain's l2) of the cases of test_l2_keep_follows_the_plan, printed one per line
+# to stdout as "case l2 said" (said: 1 where str(plan) tells it).
+_L2_PLAN_CODE = """
+cases = {
+    "rms_fwd_1024": ("rms_norm", 1024, False, False),
+    "rms_fwd_8192": ("rms_norm", 8192, False, False),
+    "rms_fwd_16384": ("rms_norm", 16384, False, False),
+    "add_rms_fwd_4096": ("add_rms_norm", 4096, False, False),
+    "rms_bwd_sums_4096": ("rms_norm", 4096, True, True),
+    "rms_bwd_sums_8192": ("rms_norm", 8192, True, True),
+    "rms_bwd_sums_1024": ("rms_norm", 1024, True, True),
+    "rms_bwd_dx_4096": ("rms_norm", 4096, True, False),
+    "add_rms_bwd_sums_2048": ("add_rms_norm", 2048, True, True),
+    "add_rms_bwd_dx_2048": ("add_rms_norm", 2048, True, False),
+    "ln_fwd_1024": ("layer_norm", 1024, False, False),
+    "ln_bwd_sums_4096": ("layer_norm", 4096, True, True),
+    "softmax_fwd_1024": ("softmax", 1024, False, False),
+}
+for name, (op, n, backward, grads) in cases.items():
+    x = torch.empty(4096, n, device="cuda", dtype=torch.bfloat16)
+    plan = rownorm.explain(x, op, backward=backward, param_grads=grads)
+    print(name, plan.l2, int("held in L2" in str(plan)))
+"""
+
+
+@cuda_only
+def test_l2_keep_follows_the_plan():
+    """With ROWNORM_L2_KEEP=1 the plans of the ops that opt in (OpTraits::kKeepsInputInL2) keep
+    input 0 in L2 on the group tier and the CTAs of up to 256 threads; not on the CTAs of 512,
+    in the fused parameter gradients' kernels (measured slower), for the other ops, or with 0."""
+    opted = {
+        "rms_fwd_1024",
+        "rms_fwd_8192",
+        "add_rms_fwd_4096",
+        "rms_bwd_dx_4096",
+        "add_rms_bwd_dx_2048",
+    }
+    for keep in ("0", "1"):
+        out = run_logged(_L2_PLAN_CODE, env={"ROWNORM_L2_KEEP": keep}).stdout.split("\n")
+        got = {line.split()[0]: line.split()[1:] for line in out if line}
+        assert len(got) == 13, out
+        for case, (value, said) in got.items():
+            kept = keep == "1" and case in opted
+            assert (value, said) == ("keep" if kept else "None", str(int(kept))), (keep, case)

@@ -78,6 +78,12 @@ class Plan:
             ``KeepsClusterParams`` in ``src/kernels/common/plan.h``), and the fused
             parameter gradients of rows past the CTA tier's 4 packs (column sums in shared
             memory). The CTA tier's forwards read them in every row.
+        l2: ``"keep"`` where each row's input x is loaded with L2's evict_last priority and set
+            back to evict_normal once the row is stored: on GPUs of at least 30 GB/s of DRAM
+            bandwidth per SM (such as the H200), on the group tier and the CTAs of up to 256
+            threads, for l1 / l2_normalize, rms_norm and add_rms_norm (forwards, and backwards
+            without fused parameter gradients); ``ROWNORM_L2_KEEP`` overrides the device
+            (``0`` off, any other value on); None where loads are plain.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         warp_rows: strided path, packed kernel: the lanes of a warp that share a column's
             d-rows (1, 2 or 4: columns of at most 8, 16, 32 elements), which reduce by
@@ -115,6 +121,7 @@ class Plan:
     packs: int | None = None
     stages: int | None = None
     ctas_per_sm: int | None = None
+    l2: str | None = None
     kernel: str | None = None
     warp_rows: int | None = None
     params: str | None = None
@@ -162,6 +169,8 @@ def _describe(p: Plan) -> str:
         text += f"; the next {p.stages} {'tiles' if p.path == 'strided' else 'rows'} in flight"
     if p.ctas_per_sm:
         text += f"; {p.ctas_per_sm} CTAs per SM"
+    if p.l2 == "keep":
+        text += "; each row's input held in L2 until the row is stored"
     if p.params == "once":
         text += "; parameters read once per CTA"
     if p.param_grads == "fused":

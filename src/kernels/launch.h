@@ -58,7 +58,7 @@ cudaError_t PlanRows(const RowArgsFor<Op>& args, int param_bytes, RowPlan* plan)
 template <class Op>
 cudaError_t LaunchRows(const RowArgsFor<Op>& args, const Op& op, const RowPlan& plan,
                        cudaStream_t stream) {
-  return LaunchRowOp(WithInputKeptInL2(args), op, plan, stream);
+  return LaunchRowOp(WithL2Keep(args, plan), op, plan, stream);
 }
 template <class Op>
 cudaError_t PlanStrided(const StridedArgsFor<Op>& args, StridedPlan* plan) {
@@ -76,7 +76,7 @@ cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumP
 template <class Op>
 cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Op::Elem>* partial, cudaStream_t stream) {
-  return LaunchRowSumOp(WithInputKeptInL2(args), op, plan, partial, stream);
+  return LaunchRowSumOp(args, op, plan, partial, stream);
 }
 }  // namespace rownorm
 

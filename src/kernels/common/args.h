@@ -87,8 +87,8 @@ struct RowArgs : OperandTypes<TIn, kIn, TOut, kOut, Narrowed> {
   int64_t rows;
   int64_t n;
   // Whether the group tier and the CTAs of up to 256 threads load input 0 with L2's evict_last
-  // priority, for the ops of OpTraits::kKeepsInputInL2 (tier_kernels.cuh): set per launch from
-  // the device (plan.h's KeepsRowInputInL2).
+  // priority, for the ops of OpTraits::kKeepsInputInL2 (tier_kernels.cuh): the plan's
+  // RowPlan::l2_keep, set at launch (dispatch.cuh's WithL2Keep).
   bool keep_input0_in_l2 = false;
 };
 

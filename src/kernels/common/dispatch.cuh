@@ -99,15 +99,20 @@ inline cudaError_t GetDeviceInfo(int* device, DeviceInfo* info) {
   return cache.Get(info, ReadDeviceInfo, device);
 }
 
-// `a` with keep_input0_in_l2 as KeepsRowInputInL2 (plan.h) says for the current device.
+// RowPlan::l2_keep of `plan` for Op on `dev`: where Op opts in (OpTraits::kKeepsInputInL2), the
+// device keeps row inputs in L2 (KeepsRowInputInL2) and the plan's kernel is a row kernel that
+// takes it (KeepsL2OnTier).
+template <class Op>
+bool KeepsL2(const RowPlan& plan, const DeviceInfo& dev) {
+  return OpTraits<Op>::kKeepsInputInL2 && KeepsL2OnTier(plan) &&
+         KeepsRowInputInL2(dev.dram_gbps_per_sm);
+}
+
+// `a` with input 0 kept in L2 where its plan says so (RowPlan::l2_keep).
 template <class Args>
-Args WithInputKeptInL2(const Args& a) {
-  Args kept = a;
-  int device = 0;
-  DeviceInfo dev;
-  kept.keep_input0_in_l2 =
-      GetDeviceInfo(&device, &dev) == cudaSuccess && KeepsRowInputInL2(dev.dram_gbps_per_sm);
-  return kept;
+Args WithL2Keep(Args a, const RowPlan& plan) {
+  a.keep_input0_in_l2 = plan.l2_keep;
+  return a;
 }
 
 // The element size the tier table plans a problem with: the widest operand's (a pack holds
@@ -567,6 +572,7 @@ cudaError_t PlanRowOp(const Args& a, int param_bytes, RowPlan* plan) {
       if (err != cudaSuccess) return err;
     }
   }
+  plan->l2_keep = KeepsL2<Op>(*plan, dev);
   return cudaSuccess;
 }
 

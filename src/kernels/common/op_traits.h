@@ -67,12 +67,15 @@
 // forward, whose kept-parameter rows there beat 16 CTAs of 512 x 4: kernels/rms_norm.cuh).
 //
 // kKeepsInputInL2 = true: the group and CTA tiers load input 0 with L2's evict_last priority
-// where the device takes it (plan.h's KeepsRowInputInL2) and release its lines after each row
-// (row_views.cuh's CachedRow::LoadWithPolicy, ReleaseInput0). For the ops whose short rows are
-// bound by DRAM: H200, bf16, 2^27 elements back to back, time ÷ main's: l2_normalize 0.975-
-// 0.992, rms_norm 0.982-0.998 (fp32 0.979-0.983), add_rms_norm 0.988, rms_norm's dx 0.980. Not
-// layer_norm's and softmax's forwards, bound by their instructions: 1.028-1.071, and with the
-// hint off 1.002-1.032, from the kernels' code alone (benchmarks/results/h200/NOTES.md §38).
+// where the device takes it (plan.h's KeepsRowInputInL2, KeepsL2OnTier) and release its lines
+// after each row (row_views.cuh's CachedRow::LoadWithPolicy, ReleaseInput0). For the ops whose
+// short rows are bound by DRAM: H200, bf16, 2^27 elements back to back, time ÷ main's:
+// l2_normalize 0.975-0.992, rms_norm 0.982-0.998 (fp32 0.979-0.983), add_rms_norm 0.988,
+// rms_norm's dx 0.980. Not layer_norm's and softmax's forwards, bound by their instructions:
+// 1.028-1.071, and with the hint off 1.002-1.032, from the kernels' code alone
+// (benchmarks/results/h200/NOTES.md §38). Input 0 only: the backwards' every input kept (x and
+// dy, and add_rms_norm's third; in their fused-sums kernels too) took 1.01-1.07x the time of
+// input 0 in the row kernels alone (H200, bf16 512-8192 fwd+bwd; NOTES.md §39).
 //
 // CtaCtasPerSm(threads, packs) = c > 0 (ops of one input): the CTA tier's rows of `threads` x
 // `packs` run held to the registers of c CTAs per SM (CtaRowKernelBounded, tier_kernels.cuh),

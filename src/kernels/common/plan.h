@@ -90,26 +90,6 @@ inline bool ParamGradsTwoPass() {
   return false;
 }
 
-// Whether the group and CTA tiers load a row's input 0 with L2's evict_last priority and set its
-// lines back to evict_normal once the row is stored (args.h's keep_input0_in_l2, for the ops of
-// OpTraits::kKeepsInputInL2; pack.cuh says why): on GPUs of at least kKeepRowInputGbpsPerSm of
-// DRAM bandwidth per SM (the H200, ~37 GB/s; unmeasured on the H100, 25.4 GB/s, which keeps
-// plain loads). H200, bf16, 2^28 elements, the L2 flushed, time ÷ plain loads: l2_normalize
-// 1024 / 8192 0.983 / 0.974, rms_norm 0.981 / 0.979. Released, the lines leave the next kernel
-// its L2: left at evict_last, 10 copies of 16 MB after the row kernel took 1.22x their time
-// (benchmarks/results/h200/NOTES.md §38). ROWNORM_L2_KEEP (read once per process) overrides
-// the device's choice, 0 off and any other non-empty value on: the A/B in one build.
-constexpr float kKeepRowInputGbpsPerSm = 30.0f;
-inline bool KeepsRowInputInL2(float dram_gbps_per_sm) {
-  static const int forced = [] {
-    const char* v = std::getenv("ROWNORM_L2_KEEP");
-    if (v == nullptr || v[0] == '\0') return -1;
-    return std::strcmp(v, "0") == 0 ? 0 : 1;
-  }();
-  if (forced >= 0) return forced == 1;
-  return dram_gbps_per_sm >= kKeepRowInputGbpsPerSm;
-}
-
 // Whether the table plans the cluster tier on a device of compute capability `cc_major`.
 inline bool PlanClusters(int cc_major) { return cc_major >= 9 && !ClustersDisabled(); }
 
@@ -128,7 +108,41 @@ struct RowPlan {
                              // (the launcher's choice), SliceRowSumsKernel (PlanFusedSums)
   int ctas_per_sm = 0;       // kCta: held to the registers of that many CTAs per SM (the launcher's
                              // choice: OpTraits::CtaCtasPerSm); 0: as ptxas allocates
+  bool l2_keep = false;      // input 0 loaded with L2's evict_last priority and released after
+                             // each row (the launcher's choice: KeepsRowInputInL2)
 };
+
+// Whether the group tier and the CTAs of up to kMaxL2KeepCtaThreads load a row's input 0 with
+// L2's evict_last priority and set its lines back to evict_normal once the row is stored
+// (RowPlan::l2_keep, for the ops of OpTraits::kKeepsInputInL2; pack.cuh says why): on GPUs of
+// at least kKeepRowInputGbpsPerSm of DRAM bandwidth per SM (the H200, ~37 GB/s; unmeasured on
+// the H100, 25.4 GB/s, which keeps plain loads). H200, bf16, 2^28 elements, the L2 flushed,
+// time ÷ plain loads: l2_normalize 1024 / 8192 0.983 / 0.974, rms_norm 0.981 / 0.979.
+// Released, the lines leave the next kernel its L2: left at evict_last, 10 copies of 16 MB
+// after the row kernel took 1.22x their time (benchmarks/results/h200/NOTES.md §38).
+// ROWNORM_L2_KEEP (read once per process) overrides the device's choice, 0 off and any other
+// non-empty value on: the A/B in one build.
+constexpr float kKeepRowInputGbpsPerSm = 30.0f;
+constexpr int kMaxL2KeepCtaThreads = 256;
+inline bool KeepsRowInputInL2(float dram_gbps_per_sm) {
+  static const int forced = [] {
+    const char* v = std::getenv("ROWNORM_L2_KEEP");
+    if (v == nullptr || v[0] == '\0') return -1;
+    return std::strcmp(v, "0") == 0 ? 0 : 1;
+  }();
+  if (forced >= 0) return forced == 1;
+  return dram_gbps_per_sm >= kKeepRowInputGbpsPerSm;
+}
+// Whether the row kernels of `plan` (PlanRowOp's) take RowPlan::l2_keep: the group tier and the
+// CTAs of up to kMaxL2KeepCtaThreads, not the CTAs of 512 (ptxas took those from 54-64 to 85-103
+// registers, one CTA per SM where two ran: H200, bf16 32768, 95-96 to 76-82% of copy; §38).
+// Not the fused-sums kernels of the backward with parameter gradients (PlanFusedSums'): kept,
+// input 0 took the group and CTA sums kernels to 1.00-1.05x the time at bf16 512-8192, every
+// input to 1.01-1.07x (H200, fwd+bwd, benchmarks/results/h200/NOTES.md §39).
+constexpr bool KeepsL2OnTier(const RowPlan& plan) {
+  return plan.tier == RowTier::kGroup ||
+         (plan.tier == RowTier::kCta && plan.threads <= kMaxL2KeepCtaThreads);
+}
 
 // Per-thread register budget of the cached tiers, in packs (16 bytes each).
 constexpr int kGroupVecs = 4;          // group tier: 4 packs in flight per lane
@@ -819,6 +833,7 @@ inline std::string Describe(const RowPlan& p) {
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   if (p.params_once) s += " params=once";
   if (p.ctas_per_sm > 0) s += " ctas_per_sm=" + std::to_string(p.ctas_per_sm);
+  if (p.l2_keep) s += " l2=keep";
   return s;
 }
 

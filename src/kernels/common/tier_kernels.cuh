@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   const int group = threadIdx.x / kWidth;
   using Row = CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned>;
   constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2;
-  const bool keep = kKeeps && args.keep_input0_in_l2;  // plan.h's KeepsRowInputInL2
+  const bool keep = kKeeps && args.keep_input0_in_l2;  // the plan's RowPlan::l2_keep
   const uint64_t policy = L2EvictionPolicy(keep);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
@@ -90,10 +90,9 @@ ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
-  // Not the CTAs of 512 threads: ptxas took 54-64 to 85-103 registers there, one CTA per SM where
-  // two ran (H200, bf16 32768: 95-96 to 76-82% of copy; h200/NOTES.md §38).
-  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2 && kThreads <= 256;
-  const bool keep = kKeeps && args.keep_input0_in_l2;  // plan.h's KeepsRowInputInL2
+  // Not the CTAs of 512 threads (plan.h's KeepsL2OnTier says why).
+  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2 && kThreads <= kMaxL2KeepCtaThreads;
+  const bool keep = kKeeps && args.keep_input0_in_l2;  // the plan's RowPlan::l2_keep
   const uint64_t policy = L2EvictionPolicy(keep);
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
     Row r(team, args, row, true,
