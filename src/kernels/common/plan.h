@@ -136,9 +136,10 @@ inline bool KeepsRowInputInL2(float dram_gbps_per_sm) {
 // Whether the row kernels of `plan` (PlanRowOp's) take RowPlan::l2_keep: the group tier and the
 // CTAs of up to kMaxL2KeepCtaThreads, not the CTAs of 512 (ptxas took those from 54-64 to 85-103
 // registers, one CTA per SM where two ran: H200, bf16 32768, 95-96 to 76-82% of copy; §38).
-// Not the fused-sums kernels of the backward with parameter gradients (PlanFusedSums'): kept,
-// input 0 took the group and CTA sums kernels to 1.00-1.05x the time at bf16 512-8192, every
-// input to 1.01-1.07x (H200, fwd+bwd, benchmarks/results/h200/NOTES.md §39).
+// Not the fused-sums kernels of the backward with parameter gradients (PlanFusedSums'): there,
+// input 0 kept took the training step to 1.02-1.05x the time at bf16 2048-8192 (CTA sums) and
+// the group sums to 1.02-1.04x their time with it off at 256-1024; every input kept, 1.01-1.07x
+// (H200, benchmarks/results/h200/NOTES.md §39).
 constexpr bool KeepsL2OnTier(const RowPlan& plan) {
   return plan.tier == RowTier::kGroup ||
          (plan.tier == RowTier::kCta && plan.threads <= kMaxL2KeepCtaThreads);
