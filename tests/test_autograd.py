@@ -445,7 +445,7 @@ def test_phased_group_param_grads(op_id, dtype, monkeypatch):
     lengths += [(vec - 1, 8), (vec + 1, 8)] if elem == 2 else [(4 * 4 * vec + 3, 8)]
     seen = set()
     for n, lanes in lengths:
-        chunk_rows = 128 // lanes * 32  # a CTA's groups' 32 rows each
+        chunk_rows = 128 // lanes * 16  # a CTA's groups' 16 rows each (plan.h's kFusedGroupRows)
         block = vec * chunk_rows
         rows = 2 * block + 3  # the last block's classes 3..vec-1 hold no row
         x = randn((rows, n), dtype, "cuda")

@@ -298,8 +298,8 @@ def test_explain_param_grads(op, dtype):
         if group4:
             lanes = int(row["lanes_per_row"])
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
-            # one partial per CTA: its 128 / lanes groups' 32 rows each
-            assert plan.chunk_rows == 128 // lanes * 32 and plan.chunks == 1, (m, plan.raw)
+            # one partial per CTA: its 128 / lanes groups' 16 rows each (kFusedGroupRows)
+            assert plan.chunk_rows == 128 // lanes * 16 and plan.chunks == 1, (m, plan.raw)
         if two_pack:
             # 320 and 384 threads where they hold the row, but for add_rms_norm's 16-bit rows
             filled = [128, 256] + ([320, 384] if op != "add_rms_norm" or elem == 4 else [])

@@ -399,8 +399,8 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 //
 // 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
 // while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
-// thread slots empty). A group runs 32 rows (groups are many), and a CTA's groups write one
-// partial (of 128 / lanes x 32 rows).
+// thread slots empty). A group runs kFusedGroupRows rows, and a CTA's groups write one partial
+// (of 128 / lanes x 16 rows).
 //
 // Two column sums (LayerNorm) write twice the partials, and their CTAs hold more registers
 // (two CTAs of 256 per SM): there a persistent grid runs chunks of 64 rows, each CTA chunks
@@ -411,7 +411,15 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 constexpr int kFusedChunkRows = 16;
 constexpr int kStagedChunkRows = 64;
 constexpr int kFusedSumStages = 2;
-constexpr int kFusedGroupRows = 32;
+// A group-tier CTA runs its rows one load-reduce-store round after another, so its lifetime
+// grows with its rows; the fewer they are, the less a grid of under a wave, or a last wave of
+// few CTAs per SM, waits on a few CTAs' round trips. 16 rows per group against 32 (H200, the
+// sums kernel's time): rms_norm bf16 1024 at 16384 / 32768 / 89600 rows 0.68 / 0.82 / 0.89x,
+// layer_norm bf16 512 x 40000 0.70x; at 2^27 elements 0.99-1.00x (fp32 512 0.94x, layer_norm
+// bf16 1024 1.02x, rows in phase at bf16 1023 1.04x); 1.05x at 65536 x 1024, where the chunks
+// go from under one wave to 1.55 waves. The partials double (rms_norm at 1024 16-bit elements:
+// 3.1% of x's bytes). benchmarks/results/h200/NOTES.md §40.
+constexpr int kFusedGroupRows = 16;
 constexpr int kFusedSumVecs = 2;  // packs per thread of the short CTA-tier rows (see below)
 // One column sum on the CTA tier, sm_90+: a thread-block cluster of kSumClusterCtas CTAs runs a
 // chunk of kSumClusterCtas x kFusedChunkRows rows, each CTA kFusedChunkRows of them with two in

@@ -35,6 +35,34 @@ namespace rownorm {
 
 #if defined(__CUDACC__)
 
+// How the row kernels load a cached Row: plainly, or where the op opts in (kKeeps, from
+// OpTraits::kKeepsInputInL2 and the tier) with input 0 under the L2 policy that the plan's
+// RowPlan::l2_keep (args.keep_input0_in_l2) picks; Release then sets the lines of a row
+// loaded with evict_last back to evict_normal once the row is stored.
+template <class Row, bool kKeeps>
+struct RowLoads {
+  template <class Args>
+  ROWNORM_DEVICE explicit RowLoads(const Args& args)
+      : keep(kKeeps && args.keep_input0_in_l2), policy(L2EvictionPolicy(keep)) {}
+
+  template <class Team, class Args>
+  ROWNORM_DEVICE typename Row::Loaded Load(const Team& team, const Args& args, int64_t row,
+                                           bool valid) const {
+    if constexpr (kKeeps) {
+      return Row::LoadWithPolicy(team, args, row, valid, policy);
+    } else {
+      return Row::Load(team, args, row, valid);
+    }
+  }
+  template <class Team, class Args>
+  ROWNORM_DEVICE void Release(const Team& team, const Args& args, int64_t row, bool valid) const {
+    if (keep) Row::ReleaseInput0(team, args, row, valid);
+  }
+
+  const bool keep;
+  const uint64_t policy;
+};
+
 // With kAligned, the rows of aligned problems (plan.h's RowsAligned), as CtaRows'.
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, bool kAligned>
 __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, const Op op) {
@@ -43,18 +71,14 @@ __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, c
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
   using Row = CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned>;
-  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2;
-  const bool keep = kKeeps && args.keep_input0_in_l2;  // the plan's RowPlan::l2_keep
-  const uint64_t policy = L2EvictionPolicy(keep);
+  const RowLoads<Row, OpTraits<Op>::kKeepsInputInL2> loads(args);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
     const int64_t row = base + group;
     const bool valid = row < args.rows;
-    Row r(team, args, row, valid,
-          kKeeps ? Row::LoadWithPolicy(team, args, row, valid, policy)
-                 : Row::Load(team, args, row, valid));
+    Row r(team, args, row, valid, loads.Load(team, args, row, valid));
     op(r);
-    if (keep) Row::ReleaseInput0(team, args, row, valid);
+    loads.Release(team, args, row, valid);
   }
 }
 
@@ -91,15 +115,12 @@ ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   // Not the CTAs of 512 threads (plan.h's KeepsL2OnTier says why).
-  constexpr bool kKeeps = OpTraits<Op>::kKeepsInputInL2 && kThreads <= kMaxL2KeepCtaThreads;
-  const bool keep = kKeeps && args.keep_input0_in_l2;  // the plan's RowPlan::l2_keep
-  const uint64_t policy = L2EvictionPolicy(keep);
+  const RowLoads<Row, OpTraits<Op>::kKeepsInputInL2 && kThreads <= kMaxL2KeepCtaThreads> loads(
+      args);
   for (int64_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
-    Row r(team, args, row, true,
-          kKeeps ? Row::LoadWithPolicy(team, args, row, true, policy)
-                 : Row::Load(team, args, row, true));
+    Row r(team, args, row, true, loads.Load(team, args, row, true));
     op(r);
-    if (keep) Row::ReleaseInput0(team, args, row, true);
+    loads.Release(team, args, row, true);
   }
 }
 
