@@ -399,8 +399,8 @@ inline RowPlan PlanRowProblem(int64_t n, int elem_size, int load_vec, bool clust
 //
 // 16 rows per CTA: enough CTAs to fill the GPU at M·N = 2^27 for every CTA size of the tier,
 // while the float partials stay at 1/16 of the rows (32 rows per CTA left half the SMs'
-// thread slots empty). A group runs kFusedGroupRows rows, and a CTA's groups write one partial
-// (of 128 / lanes x 16 rows).
+// thread slots empty). A group runs kFusedGroupRows rows (below), and a CTA's groups write one
+// partial (of 128 / lanes x kFusedGroupRows rows).
 //
 // Two column sums (LayerNorm) write twice the partials, and their CTAs hold more registers
 // (two CTAs of 256 per SM): there a persistent grid runs chunks of 64 rows, each CTA chunks
