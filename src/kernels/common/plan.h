@@ -109,7 +109,7 @@ struct RowPlan {
   int ctas_per_sm = 0;       // kCta: held to the registers of that many CTAs per SM (the launcher's
                              // choice: OpTraits::CtaCtasPerSm); 0: as ptxas allocates
   bool l2_keep = false;      // input 0 loaded with L2's evict_last priority and released after
-                             // each row (the launcher's choice: KeepsRowInputInL2)
+                             // each row (PlanRowOp's choice: dispatch.cuh's KeepsL2)
 };
 
 // Whether the group tier and the CTAs of up to kMaxL2KeepCtaThreads load a row's input 0 with
