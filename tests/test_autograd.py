@@ -188,6 +188,37 @@ def test_clustered_param_grads(op_id, dtype):
 
 
 @pytest.mark.gpu_heavy
+@cuda_only
+@pytest.mark.parametrize("op_id", [*PHASED_OPS, "add_rms_norm_fp32_residual"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_fused_param_grads_of_parameters_off_the_pack_grid(op_id, dtype):
+    """The fused sums' kernels copy the parameters into shared memory with vector loads where
+    they start aligned to them, else an element at a time (ParamCache::Fill): parameters that
+    start mid-pack (views one element into a buffer) give the bits of aligned copies of the
+    same values, dx and every parameter gradient. On the group tier, the CTA tier's 2-pack rows
+    (pipelined; layer_norm's staged) and 4-pack rows (one row at a time), and rows in phase
+    (odd N; not the float32 residual stream, whose mixed operands are never in phase)."""
+    op = OPS[op_id]
+    vec = 16 // dtype.itemsize
+    lengths = [64 * vec, 256 * vec, 1024 * vec]
+    if op_id in PHASED_OPS:
+        lengths.append(1024 * vec - 1)
+    want = frozenset(op.params)
+    for n in lengths:
+        rows, _ = _fewest_fused_rows(op.name, n, dtype, 64, lambda r: 2 * r)
+        case, inp, outs, dys, aligned = _check_fused_param_grads(
+            op_id, randn((rows + 5, n), dtype, "cuda")
+        )
+        shifted = dict(inp)
+        for name in op.params:
+            p = inp[name]
+            shifted[name] = torch.empty(n + 1, dtype=p.dtype, device=p.device)[1:].copy_(p)
+        got = case.raw_backward(dys, shifted, -1, outs, want)
+        for name in ("x", *op.params):
+            assert torch.equal(got[name], aligned[name]), f"N={n}: d{name} differs"
+
+
+@pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
 @pytest.mark.parametrize("op_id", PARAM_OPS)

@@ -323,6 +323,10 @@ def test_explain_param_grads(op, dtype):
             assert plan.chunk_rows == rows, (m, plan.raw)
             assert plan.cluster == (4 if clustered else None), (m, plan.raw)
             assert plan.chunks == -(-40 // rows), (m, plan.raw)
+            # One sum on 4-pack rows (a row at a time): each row's next row brought into L2 on
+            # 16-bit rows of 256 threads and fp32 rows of 512 (plan.h, CtaSumsPrefetchNextRow).
+            ahead = sums == 1 and packs == 4 and clusters and threads == (512 if elem == 4 else 256)
+            assert plan.prefetch == ("next_row" if ahead else None), (m, plan.raw)
         if fused:
             assert plan.chunks >= 1
         else:

@@ -94,11 +94,12 @@ class Plan:
         chunks: fused: partials per column sum.
         chunk_rows: fused: rows per chunk (the rows one partial sums, in order; on the
             group tier a CTA's rows, which its groups take in turn).
-        prefetch: fused sums in shared memory: ``"next_row"`` where each team brings its next
-            row into L2 while it reduces the current one (sm_90+: the 16-CTA clusters of 512
-            threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of 16-bit rows
-            that fill at most 3/4 of their team, or any such rows on GPUs of at least 30 GB/s
-            of DRAM bandwidth per SM, such as the H200); None elsewhere.
+        prefetch: fused sums: ``"next_row"`` where each team brings its next row into L2
+            while it reduces the current one (sm_90+). Sums in shared memory: the 16-CTA
+            clusters of 512 threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of
+            16-bit rows that fill at most 3/4 of their team, or any such rows on GPUs of at
+            least 30 GB/s of DRAM bandwidth per SM, such as the H200. The CTA tier's one sum on
+            4-pack rows: 16-bit rows of 256 threads, fp32 rows of 512. None elsewhere.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
             alignment each (rows r and r + row_classes), whose chunks hold rows of one class;

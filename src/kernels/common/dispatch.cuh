@@ -991,12 +991,13 @@ cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, int64_t chunks,
 
 // CTA-tier sums of kRows-row CTAs, `chunks` (the plan's) of them; `cluster` = kSumClusterCtas:
 // in clusters that write one partial per kSumClusterCtas CTAs (plan.h), where the sums'
-// exchange fits. kAligned false: rows in phase, a CTA per chunk of PhasedChunks.
+// exchange fits; `prefetch_next_row`: the plan's (CtaSumsPrefetchNextRow). kAligned false: rows
+// in phase, a CTA per chunk of PhasedChunks.
 template <class Op, class Args, int kThreads, int kVecs, int kRows = kFusedChunkRows,
           bool kAligned = true>
 cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, int64_t chunks,
                              AccType<typename Args::InElem>* partial, cudaStream_t stream,
-                             int cluster = 0) {
+                             int cluster = 0, bool prefetch_next_row = false) {
   constexpr int kVec = Args::kPackWidth;
   constexpr bool kPipelined = kVecs == kFusedSumVecs;  // two packs: two rows in flight
   using Exchange =
@@ -1009,12 +1010,12 @@ cudaError_t LaunchCtaRowSums(const Args& a, const Op& op, int64_t chunks,
       return cudaLaunchKernelEx(
           &cfg,
           CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, kSumClusterCtas>, a,
-          op, partial);
+          op, partial, prefetch_next_row);
     }
   }
   if (cluster > 1) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
   CtaRowSumsKernel<Op, Args, kVec, kVecs, kThreads, kRows, kPipelined, 1, kAligned>
-      <<<GridFor(chunks), kThreads, 0, stream>>>(a, op, partial);
+      <<<GridFor(chunks), kThreads, 0, stream>>>(a, op, partial, prefetch_next_row);
   return cudaGetLastError();
 }
 
@@ -1060,7 +1061,8 @@ cudaError_t LaunchCtaTierSums(const Args& a, const Op& op, const FusedSumPlan& p
     // launch(t, v): the kernel of t threads x v packs (std::integral_constant<int, ·> each)
     const auto launch = [&](auto t, auto v) {
       return LaunchCtaRowSums<Op, Args, decltype(t)::value, decltype(v)::value, kFusedChunkRows,
-                              kAligned>(a, op, plan.chunks, partial, stream, k.cluster);
+                              kAligned>(a, op, plan.chunks, partial, stream, k.cluster,
+                                        plan.prefetch_next_row);
     };
     using Two = std::integral_constant<int, kFusedSumVecs>;
     using Four = std::integral_constant<int, kCtaVecs>;

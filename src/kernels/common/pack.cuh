@@ -167,6 +167,27 @@ ROWNORM_DEVICE Pack<T, N> LoadPackUnaligned(const T* p) {
   return out;
 }
 
+// v[0..kN) stored at p: where `aligned` (p aligned to the packs of at most 16 bytes that
+// hold them), with Pack::Store's vector stores, else one element at a time. The fused kernels'
+// partial sums: stored one element at a time where they could go 16 bytes at a time, they
+// took 8x the L2 sectors (ncu, h200/NOTES.md §40).
+template <typename T, int kN>
+ROWNORM_DEVICE void StoreValues(T* p, const T (&v)[kN], bool aligned) {
+  constexpr int kW = kN * sizeof(T) > 16 ? 16 / static_cast<int>(sizeof(T)) : kN;
+  if (aligned) {
+#pragma unroll
+    for (int h = 0; h < kN / kW; ++h) {
+      Pack<T, kW> q;
+#pragma unroll
+      for (int e = 0; e < kW; ++e) q.Set(e, v[h * kW + e]);
+      q.Store(p + h * kW);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kN; ++e) p[e] = v[e];
+  }
+}
+
 // The widest pack width (in elements, <= 16 bytes) for element size `elem_size`.
 constexpr int MaxPackWidth(int elem_size) { return 16 / elem_size; }
 

@@ -518,6 +518,19 @@ constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int v
   return 4 * n <= 3 * team || fast_dram;
 }
 
+// Whether the CTA sums of one row at a time (4 packs a thread: CtaRowSumsKernel unpipelined) on
+// CTAs of `threads` bring each row's next row into L2 once its loads are issued (sm_90+). A CTA
+// has no load in flight from its row's barrier to its next row's loads; the prefetch fills that
+// gap without a second row's registers. H200, fwd+bwd with every gradient, 2^27 elements, the
+// sums kernel's time with it ÷ without (benchmarks/results/h200/NOTES.md §41): 16-bit rows of
+// 256 threads (6145-8192) rms_norm bf16 6400 / 6912 / 7424 / 7936 / 8192 0.90 / 0.92 / 0.93 /
+// 0.97 / 0.96-0.97, in phase 8191 0.96, fp16 8192 0.95, add_rms_norm bf16 8192 0.96; fp32 rows
+// of 512 threads (4097-8192) 4608 / 6144 / 8192 0.83 / 0.88 / 0.98-0.99. Not fp32 rows of 256
+// threads (3073-4096): 3584 / 4096 1.01 / 1.02.
+constexpr bool CtaSumsPrefetchNextRow(int threads, int elem_size) {
+  return elem_size < 4 ? threads == 256 : threads == 512;
+}
+
 struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
@@ -526,7 +539,8 @@ struct FusedSumPlan {
   int chunk_rows = 0;  // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
                        // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                        // kFusedGroupRows x groups)
-  bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow
+  bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow; the CTA sums
+                                   // of 4-pack rows: CtaSumsPrefetchNextRow
   int row_classes = 1;  // 1 for aligned rows; the pack width for rows in phase that do not
                         // start 16-byte aligned (PhasedSumPlan)
 };
@@ -673,7 +687,9 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   if (cta && column_sums == 1) {
     RowPlan k = plan;
     k.threads = n <= int64_t{256} * kCtaVecs * vec ? 256 : 512;
-    return one_sum(k);
+    FusedSumPlan fused = one_sum(k);
+    fused.prefetch_next_row = clusters && CtaSumsPrefetchNextRow(k.threads, elem_size);
+    return fused;
   }
   // 4-pack groups (rows of up to 32 lanes x 4 packs), on the table's lanes, so that dx comes out
   // the same bits whether or not the parameter gradients are asked for: the fused step took

@@ -270,21 +270,43 @@ struct ParamCache {
   Piece pieces[K][kVecs][kPieces][kThreads];
 
   // Thread `rank` of the team writes the values of its columns (0 past n), its packs those of
-  // rows whose packs start `head` columns in (rows in phase; 0: aligned rows).
+  // rows whose packs start `head` columns in (rows in phase; 0: aligned rows). A parameter
+  // whose packs' columns start aligned to vector loads of at most 16 bytes is read so, a pack
+  // below n at a time; else an element at a time (2-byte loads of a 16-bit weight took 8x the
+  // L2 sectors: ncu, h200/NOTES.md §40).
   ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t n, int64_t head = 0) {
+    using W = typename PS::Elem;
+    constexpr int kWVec = ThreadPieces<W, kVec>::kPiece;
 #pragma unroll
     for (int j = 0; j < K; ++j) {
+      const W* const p = ps.p[j];
+      const bool packed =
+          p != nullptr && reinterpret_cast<uintptr_t>(p + head) % (kWVec * sizeof(W)) == 0;
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         const int64_t col0 = head + (rank + int64_t{k} * kThreads) * kVec;
+        Acc v[kVec];
+        if (packed && col0 + kVec <= n) {
+#pragma unroll
+          for (int h = 0; h < kVec / kWVec; ++h) {
+            Pack<W, kWVec> q;
+            q.Load(p + col0 + h * kWVec);
+#pragma unroll
+            for (int e = 0; e < kWVec; ++e) {
+              v[h * kWVec + e] = ps.template Of<Acc>(static_cast<Acc>(q.Get(e)));
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            v[e] = col0 + e < n ? ps.template At<Acc>(j, col0 + e) : Acc(0);
+          }
+        }
 #pragma unroll
         for (int h = 0; h < kPieces; ++h) {
           Piece q;
 #pragma unroll
-          for (int e = 0; e < kPiece; ++e) {
-            const int64_t col = col0 + h * kPiece + e;
-            q.v[e] = col < n ? ps.template At<Acc>(j, col) : Acc(0);
-          }
+          for (int e = 0; e < kPiece; ++e) q.v[e] = v[h * kPiece + e];
           pieces[j][k][h][rank] = q;
         }
       }
@@ -829,24 +851,39 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   }
 
   // Brings this CTA's slice of `row`'s inputs into L2 (threads 0 .. kIn - 1, one bulk prefetch
-  // each, rounded inwards to 16 bytes; sm_90+): a persistent kernel's next row, whose loads then
-  // find it there (SliceRowSums).
+  // each, rounded inwards to 16 bytes; sm_90+): a persistent kernel's next row (SliceRowSums),
+  // or a CTA's (CtaRowSumsKernel), whose loads then find it there. Thread i takes input i by
+  // its rank, which puts the kernel's argument arrays in local memory (a 72-104-byte stack
+  // frame); with kUnrolled through a constant index instead (the inputs unrolled). The CTA sums
+  // take that; the slice sums keep the indexed form: unrolled, rms_norm's bf16 sums on 8-CTA
+  // clusters at 65536 took 1.08x the time (benchmarks/results/h200/NOTES.md §41).
+  template <bool kUnrolled = false>
   ROWNORM_DEVICE static void PrefetchL2(const Team& team, const Args& args, int64_t row) {
-    const int i = team.ThreadRank();
-    if (i >= kIn) return;
+    const int rank = team.ThreadRank();
+    if (rank >= kIn) return;
     const auto geo =
         RowGeometry<TIn, kVec>::template Of<kAligned>(Base::In(args, 0, row, true), args.n);
     const int slice = team.SliceRank();
     const int64_t begin = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice);
     const int64_t end = Ownership<Team, kVec>::SliceBegin(geo.vecs, slice + 1);
-    const int64_t elem = Args::InBytes(i);
-    const uintptr_t first = reinterpret_cast<uintptr_t>(Base::In(args, i, row, true)) +
-                            static_cast<uintptr_t>((geo.head + begin * kVec) * elem);
-    const uintptr_t from = (first + 15) & ~uintptr_t{15};
-    const uintptr_t to =
-        (first + static_cast<uintptr_t>((end - begin) * kVec * elem)) & ~uintptr_t{15};
-    if (to > from) {
-      PrefetchBulkL2(reinterpret_cast<const void*>(from), static_cast<unsigned>(to - from));
+    const auto prefetch = [&](int i) {
+      const int64_t elem = Args::InBytes(i);
+      const uintptr_t first = reinterpret_cast<uintptr_t>(Base::In(args, i, row, true)) +
+                              static_cast<uintptr_t>((geo.head + begin * kVec) * elem);
+      const uintptr_t from = (first + 15) & ~uintptr_t{15};
+      const uintptr_t to =
+          (first + static_cast<uintptr_t>((end - begin) * kVec * elem)) & ~uintptr_t{15};
+      if (to > from) {
+        PrefetchBulkL2(reinterpret_cast<const void*>(from), static_cast<unsigned>(to - from));
+      }
+    };
+    if constexpr (kUnrolled) {
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) {
+        if (i == rank) prefetch(i);
+      }
+    } else {
+      prefetch(rank);
     }
   }
 

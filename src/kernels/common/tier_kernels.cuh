@@ -187,22 +187,21 @@ ROWNORM_DEVICE void FillParams(Cache& cache, const Op& op, int rank, bool filler
 }
 
 // Thread `rank` of a team of kThreads writes its columns' sums as chunk `chunk`'s partials, its
-// packs those of rows whose packs start `head` columns in.
+// packs those of rows whose packs start `head` columns in: a pack at a time (16-byte stores)
+// where the partial's row starts 16-byte aligned, as it does for aligned rows (n a multiple of
+// the pack width), else an element at a time.
 template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
 ROWNORM_DEVICE void WriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sums, int rank, int64_t chunk,
                               int64_t chunks, int64_t n, Acc* partial, int64_t head = 0) {
   const int64_t vecs = (n - head) / kVec;
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    const int64_t v = rank + k * kThreads;
-    if (v < vecs) {
+  for (int j = 0; j < kK; ++j) {
+    Acc* const to = partial + (j * chunks + chunk) * n + head;
+    const bool aligned = reinterpret_cast<uintptr_t>(to) % 16 == 0;
 #pragma unroll
-      for (int j = 0; j < kK; ++j) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          partial[(j * chunks + chunk) * n + head + v * kVec + e] = sums.v[j][k][e];
-        }
-      }
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t v = rank + k * kThreads;
+      if (v < vecs) StoreValues(to + v * kVec, sums.v[j][k], aligned);
     }
   }
 }
@@ -329,6 +328,7 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
   constexpr int kValues = kVecs * kVec;
   static_assert(kValues % kCluster == 0, "each CTA adds an equal share");
   constexpr int kShare = kValues / kCluster;
+  static_assert(kVec % kShare == 0, "a CTA's share of a thread's values lies in one pack");
   const int t = threadIdx.x;
   __syncthreads();  // `exchange` shares its memory with the parameters the last row read
 #pragma unroll
@@ -342,17 +342,23 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
   const int rank = static_cast<int>(cluster.block_rank());
+  // This CTA's share of thread t's values: columns col .. col + kShare - 1 of one pack, whole
+  // below n or wholly past it (aligned rows of whole packs), at a multiple of kShare
+  // (clustered rows are aligned: kShare values at a time).
+  const int i0 = rank * kShare;
+  const int64_t col = (t + int64_t{i0 / kVec} * kThreads) * kVec + i0 % kVec;
 #pragma unroll
   for (int j = 0; j < kK; ++j) {
+    Acc sum[kShare];
 #pragma unroll
     for (int h = 0; h < kShare; ++h) {
-      const int i = rank * kShare + h;
-      Acc sum = *cluster.map_shared_rank(&exchange.v[j][i][t], 0);
+      sum[h] = *cluster.map_shared_rank(&exchange.v[j][i0 + h][t], 0);
 #pragma unroll
-      for (int q = 1; q < kCluster; ++q) sum += *cluster.map_shared_rank(&exchange.v[j][i][t], q);
-      const int64_t col = (t + int64_t{i / kVec} * kThreads) * kVec + i % kVec;
-      if (col < n) partial[(j * chunks + chunk) * n + col] = sum;
+      for (int q = 1; q < kCluster; ++q) {
+        sum[h] += *cluster.map_shared_rank(&exchange.v[j][i0 + h][t], q);
+      }
     }
+    if (col < n) StoreValues(partial + (j * chunks + chunk) * n + col, sum, true);
   }
   cluster.sync();  // keep `exchange` alive until the peers have read it
 #else
@@ -369,6 +375,9 @@ ROWNORM_DEVICE void ClusterWriteSums(const ColumnSums<Acc, kK, kVecs, kVec>& sum
 // the pipelined kernel 116 registers (2 CTAs of 256 per SM, no more rows in flight than
 // before); the launch bound keeps 768 threads per SM (80 registers), 512 (128 registers) with
 // three inputs or two sums (add_rms_norm, layer_norm: 80 registers spilled 64-144 bytes).
+// Either way the first row's loads are issued before the CTA fills its parameters, whose L2
+// round trip then overlaps theirs. Without the pipeline, `prefetch_next_row` brings each row's
+// next row into L2 once its loads are issued (plan.h's CtaSumsPrefetchNextRow).
 template <class Op, class Args>
 constexpr int PipelinedSumThreads() {
   return Args::kNumIn <= 2 && Op::kColumnSums == 1 ? 768 : 512;
@@ -388,7 +397,8 @@ template <class Op, class Args, int kVec, int kVecs, int kThreads, int kRows, bo
 __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op, Args>()
                                                         : kUnpipelinedSumThreads) /
                                                 kThreads)
-    CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+    CtaRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
+                     bool prefetch_next_row) {
   static_assert(kAligned || kCluster == 1, "rows in phase run unclustered (plan.h)");
   using Acc = AccType<typename Args::InElem>;
   using Row = FusedRow<Op, Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
@@ -424,22 +434,22 @@ __global__ void __launch_bounds__(kThreads, (kPipelined ? PipelinedSumThreads<Op
   }
   PhasedSums<Sums, Acc, Op::kColumnSums> phased{sums, {}};
   auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
-  if constexpr (kPipelined) {
-    typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
-    // while the first row's loads fly
-    FillParams(params, op, threadIdx.x, true, args.n, geo.head);
+  typename Row::Loaded loaded = Row::Load(team, args, first, first < end);
+  // while the first row's loads fly
+  FillParams(params, op, threadIdx.x, true, args.n, geo.head);
 #pragma unroll 1
-    for (int64_t row = first; row < end; row += kStep) {
-      const typename Row::Loaded next = Row::Load(team, args, row + kStep, row + kStep < end);
+  for (int64_t row = first; row < end; row += kStep) {
+    const bool more = row + kStep < end;
+    if constexpr (kPipelined) {
+      const typename Row::Loaded next = Row::Load(team, args, row + kStep, more);
       Row r(team, args, row, true, loaded, &params);
       op(r, sums_of_rows);
       loaded = next;
-    }
-  } else {
-    FillParams(params, op, threadIdx.x, true, args.n, geo.head);
-    for (int64_t row = first; row < end; row += kStep) {
-      Row r(team, args, row, true, &params);
+    } else {
+      if (prefetch_next_row && more) Row::template PrefetchL2<true>(team, args, row + kStep);
+      Row r(team, args, row, true, loaded, &params);
       op(r, sums_of_rows);
+      if (more) loaded = Row::Load(team, args, row + kStep, true);
     }
   }
   if constexpr (kCluster > 1) {
