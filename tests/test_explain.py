@@ -285,14 +285,15 @@ def test_explain_param_grads(op, dtype):
         vec = 16 // elem
         cta4 = row["tier"] == "cta" and row.get("packs") == "4"
         warp8 = row["tier"] == "group" and row.get("packs") == "8"
+        # 16-bit rows of 512 threads x 4 packs, and two sums of 256 x 4 past 384 x 2 packs
+        # (plan.h, SliceSums256x4): slice sums (as the wide CTA), which 40 rows, too few
+        # chunks to keep the GPU busy, leave to the two-pass path.
+        slice_cta4 = cta4 and elem < 4 and (m > 256 * 4 * vec or (sums == 2 and m > 384 * 2 * vec))
         limit = 512 if sums == 2 or op == "add_rms_norm" else 384
-        two_pack = (cta4 or warp8) and m <= limit * 2 * vec
+        two_pack = (cta4 or warp8) and m <= limit * 2 * vec and not slice_cta4
         group4 = row["tier"] == "group" and row.get("packs") == "4"
         # fp32 layer_norm rows of 512 threads x 4 packs: staged as well.
         wide_two = cta4 and sums == 2 and elem == 4 and not two_pack and m <= 512 * 4 * vec
-        # 16-bit rows of 512 threads x 4 packs: slice sums (as the wide CTA), which 40 rows,
-        # too few chunks to keep the GPU busy, leave to the two-pass path.
-        slice_cta4 = cta4 and elem < 4 and m > 256 * 4 * vec
         fused = two_pack or (cta4 and sums == 1 and not slice_cta4) or group4 or wide_two
         assert plan.param_grads == ("fused" if fused else "two-pass"), (m, plan.raw)
         if group4:
@@ -300,6 +301,8 @@ def test_explain_param_grads(op, dtype):
             assert f"tier=group vec={vec} lanes_per_row={lanes} " in plan.raw, (m, plan.raw)
             # one partial per CTA: its 128 / lanes groups' 16 rows each (kFusedGroupRows)
             assert plan.chunk_rows == 128 // lanes * 16 and plan.chunks == 1, (m, plan.raw)
+            # one CTA: each group brings its next row into L2 (GroupSumsPrefetchNextRow)
+            assert plan.prefetch == ("next_row" if clusters else None), (m, plan.raw)
         if two_pack:
             # 320 and 384 threads where they hold the row, but for add_rms_norm's 16-bit rows
             filled = [128, 256] + ([320, 384] if op != "add_rms_norm" or elem == 4 else [])
@@ -331,6 +334,56 @@ def test_explain_param_grads(op, dtype):
             assert plan.chunks >= 1
         else:
             assert _row_words(plan) == row
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_explain_group_sums_prefetch_under_two_ctas_per_sm(dtype):
+    """The group sums bring each group's next row into L2 where their grid, a CTA per chunk,
+    puts at most two CTAs on each SM (plan.h, GroupSumsPrefetchNextRow; sm_90+): on at most
+    2 x SMs chunks, not one more."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    clusters, *_ = _gpu_table_args("rms_norm", True, dtype.itemsize)
+    for n in (64, 256 // dtype.itemsize * 4):
+        probe = rownorm.explain(torch.empty(1, n, dtype=dtype, device="cuda"), "rms_norm")
+        lanes = int(probe.lanes_per_row)
+        chunk_rows = 128 // lanes * 16
+        for chunks in (2 * sms, 2 * sms + 1):
+            x = torch.empty(chunks * chunk_rows, n, dtype=dtype, device="cuda")
+            plan = rownorm.explain(x, "rms_norm", backward=True, param_grads=True)
+            assert (plan.tier, plan.chunks) == ("group", chunks), (n, plan.raw)
+            ahead = clusters and chunks <= 2 * sms
+            assert plan.prefetch == ("next_row" if ahead else None), (n, chunks, plan.raw)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_explain_layer_norm_slice_sums_of_256x4_rows(dtype):
+    """layer_norm's 16-bit rows of 256 threads x 4 packs (4097-8192) sum their columns in
+    shared memory (params=once) where rows are in phase or past 384 x 2 packs (plan.h,
+    SliceSums256x4) and the chunks keep the GPU busy; aligned rows of up to 384 x 2 packs
+    stay staged, and so does rms_norm's one sum (the CTA sums)."""
+    rows = 1 << 14
+    for n, slices in ((4097, True), (6143, True), (6144, False), (6152, True), (8192, True)):
+        x = torch.empty(rows, n, dtype=dtype, device="cuda")
+        plan = rownorm.explain(x, "layer_norm", backward=True, param_grads=True)
+        assert (plan.tier, plan.param_grads) == ("cta", "fused"), (n, plan.raw)
+        if slices:
+            assert (plan.threads, plan.packs, plan.params) == (256, 4, "once"), (n, plan.raw)
+            assert plan.stages is None and plan.chunk_rows == 32, (n, plan.raw)
+            assert plan.row_classes == (None if n % 8 == 0 else 8), (n, plan.raw)
+        else:
+            assert (plan.threads, plan.packs, plan.stages) == (384, 2, 2), (n, plan.raw)
+        rms = rownorm.explain(x, "rms_norm", backward=True, param_grads=True)
+        assert rms.params is None, (n, rms.raw)
+    # too few chunks for the slice sums' CTAs: the two-pass path, as for the other slice rows
+    plan = rownorm.explain(
+        torch.empty(40, 8192, dtype=dtype, device="cuda"),
+        "layer_norm",
+        backward=True,
+        param_grads=True,
+    )
+    assert plan.param_grads == "two-pass", plan.raw
 
 
 @cuda_only

@@ -99,7 +99,8 @@ class Plan:
             clusters of 512 threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of
             16-bit rows that fill at most 3/4 of their team, or any such rows on GPUs of at
             least 30 GB/s of DRAM bandwidth per SM, such as the H200. The CTA tier's one sum on
-            4-pack rows: 16-bit rows of 256 threads, fp32 rows of 512. None elsewhere.
+            4-pack rows: 16-bit rows of 256 threads, fp32 rows of 512. The group tier: grids of
+            at most two CTAs per SM. None elsewhere.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
             alignment each (rows r and r + row_classes), whose chunks hold rows of one class;

@@ -834,8 +834,8 @@ cudaError_t WithRowAlignment(const FusedSumPlan& plan, F f) {
 }
 
 // Fused sums in shared memory (SliceRowSumsKernel) of a team of kCluster CTAs (1: the wide CTA,
-// or 16-bit layer_norm's 512 x 4 packs) of kThreads x kVecs packs, for aligned rows or
-// (kAligned false) rows in phase (plan.h's PhasedSumPlan; WithRowAlignment).
+// 16-bit 512 x 4 packs, or 16-bit layer_norm's 256 x 4) of kThreads x kVecs packs, for aligned rows
+// or (kAligned false) rows in phase (plan.h's PhasedSumPlan; WithRowAlignment).
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true>
@@ -909,6 +909,10 @@ cudaError_t WithSliceTeam(const RowPlan& k, F f) {
   using I512 = std::integral_constant<int, 512>;
   using IOne = std::integral_constant<int, 1>;
   static_assert(kWideCtaThreads == 512 && kWideClusterThreads == 512, "I512 is both");
+  if (k.tier == RowTier::kCta && k.threads == 256 && k.packs == kCtaVecs) {  // two sums
+    return team(std::integral_constant<int, 256>{}, std::integral_constant<int, kCtaVecs>{},
+                IOne{});
+  }
   if (k.tier == RowTier::kCta && k.threads == 512) {
     if constexpr (OpTraits<Op>::kWideCta) {
       if (k.packs == kWideCtaVecs) {
@@ -933,7 +937,7 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   *plan = PlanFusedSums(a.rows, a.n, PlannedElemSize<Args>(), FusedOperandsAligned(a),
                         OperandsInPhase(a), PlanClusters(dev.cc_major), OpTraits<Op>::kWideCta,
                         OpTraits<Op>::kColumnSums, Args::kNumIn, OpTraits<Op>::kClusterPacks,
-                        dev.dram_gbps_per_sm);
+                        dev.dram_gbps_per_sm, dev.sms);
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {
     if (plan->has_value() && (*plan)->kernel.params_once) {
       // Sums in shared memory: where there are chunks for at least 2/3 of the teams the
@@ -972,19 +976,30 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
   return cudaSuccess;
 }
 
-// Group-tier sums, a CTA per chunk (`chunks`, the plan's): of kRows x groups aligned rows, or
-// (kAligned false) a chunk of PhasedChunks.
+// Group-tier sums, a CTA per chunk (the plan's chunks): of kRows x groups aligned rows, or
+// (kAligned false) a chunk of PhasedChunks; the prefetching kernels where the plan says so.
 template <class Op, class Args, int kWidth, bool kAligned>
-cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, int64_t chunks,
+cudaError_t LaunchGroupRowSums(const Args& a, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   constexpr int kVec = Args::kPackWidth;
   static_assert(kWidth >= kVec, "a group is at least one pack wide");
-  if constexpr (kAligned || OpTraits<Op>::kColumnSums == 2) {  // (tier_kernels.cuh)
-    GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows,
-                       kAligned><<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
+  const dim3 grid = GridFor(plan.chunks);
+  const auto launch = [&](auto prefetch) {
+    constexpr bool kPrefetch = decltype(prefetch)::value;
+    if constexpr (kAligned || OpTraits<Op>::kColumnSums == 2) {  // (tier_kernels.cuh)
+      GroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows,
+                         kAligned, kPrefetch>
+          <<<grid, kGroupCtaThreads, 0, stream>>>(a, op, partial);
+    } else {
+      PhasedGroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads,
+                               kFusedGroupRows, kPrefetch>
+          <<<grid, kGroupCtaThreads, 0, stream>>>(a, op, partial);
+    }
+  };
+  if (plan.prefetch_next_row) {
+    launch(std::true_type{});
   } else {
-    PhasedGroupRowSumsKernel<Op, Args, kVec, kGroupVecs, kWidth, kGroupCtaThreads, kFusedGroupRows>
-        <<<GridFor(chunks), kGroupCtaThreads, 0, stream>>>(a, op, partial);
+    launch(std::false_type{});
   }
   return cudaGetLastError();
 }
@@ -1103,17 +1118,14 @@ cudaError_t LaunchRowSumOp(const Args& a, const Op& op, const FusedSumPlan& plan
       if (k.tier == RowTier::kGroup) {
         if constexpr (Args::kPackWidth <= 4 && kAligned) {  // fp32 rows of up to 64 (plan.h)
           if (k.width == 4) {
-            return LaunchGroupRowSums<Op, Args, 4, kAligned>(a, op, plan.chunks, partial, stream);
+            return LaunchGroupRowSums<Op, Args, 4, kAligned>(a, op, plan, partial, stream);
           }
         }
         switch (k.width) {
-          case 8:
-            return LaunchGroupRowSums<Op, Args, 8, kAligned>(a, op, plan.chunks, partial, stream);
-          case 16:
-            return LaunchGroupRowSums<Op, Args, 16, kAligned>(a, op, plan.chunks, partial, stream);
+          case 8: return LaunchGroupRowSums<Op, Args, 8, kAligned>(a, op, plan, partial, stream);
+          case 16: return LaunchGroupRowSums<Op, Args, 16, kAligned>(a, op, plan, partial, stream);
           case kWarpSize:
-            return LaunchGroupRowSums<Op, Args, kWarpSize, kAligned>(a, op, plan.chunks, partial,
-                                                                     stream);
+            return LaunchGroupRowSums<Op, Args, kWarpSize, kAligned>(a, op, plan, partial, stream);
         }
         return cudaErrorInvalidConfiguration;
       }

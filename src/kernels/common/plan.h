@@ -441,10 +441,24 @@ constexpr int64_t kMaxSumExchangeBytes = 32 * 1024;
 // two-pass path runs a CTA or cluster per row.
 constexpr int kSliceChunkBytes = 64;
 
+// Two sums (layer_norm) of 16-bit rows of 256 threads x 4 packs: the slice sums (two CTAs per
+// SM: 64 KB of sums, 32 KB of weight and bias) on rows in phase and on aligned rows past 384
+// threads x 2 packs, where the staged kernel runs 512 x 2 packs with pack slots empty (n <
+// 8192). H200, fwd+bwd with every gradient, 2^27 elements, time ÷ the staged kernel's (step /
+// sums kernel; benchmarks/results/h200/NOTES.md §42): in phase bf16 4097 / 4607 1.00 / 0.98-0.99,
+// 5121 / 6143 / 6145 / 7167 / 8191 0.83 / 0.85 / 0.80 / 0.76 / 0.85 (0.67-0.77), fp16 8191
+// 0.85 / 0.76, 8191 at 8192 / 65536 rows 0.85 / 0.85; aligned 7168 / 8192 0.87 / 0.99 (0.79 /
+// 0.95). Not aligned rows of 384 threads x 2 packs and fewer (4608 / 6144: 1.11 / 1.03), nor
+// one sum (rms_norm bf16 4608-8192 1.03-1.10, add_rms_norm 8192 1.05: the CTA sums stay).
+constexpr bool SliceSums256x4(int64_t n, bool whole, int vec) {
+  return !whole || n > int64_t{384} * kFusedSumVecs * vec;
+}
+
 // Whether the rows of a tier-table configuration (tier, threads, packs, cluster) of
 // `elem_size`-byte elements run SliceRowSumsKernel for `column_sums` sums (PlanFusedSums;
 // dispatch.cuh compiles the kernel for these configurations only): the wide CTA, the cluster
-// tier, and 16-bit rows of 512 threads x 4 packs (8193-16384). One sum there took 0.89x the
+// tier, 16-bit rows of 512 threads x 4 packs (8193-16384), and two sums of 16-bit rows of 256
+// x 4 packs (4097-8192) of the lengths SliceSums256x4 gives. One sum on 512 x 4 took 0.89x the
 // time of 16-row CTAs reading the weight per row (rms_norm bf16 12288 / 16384 fwd+bwd on the
 // H100; add_rms_norm 0.93x), fp32 rows of that shape 1.00x (kept on 16-row CTAs), and two
 // sums of fp32 ones are staged (NOTES.md §30). Not two
@@ -467,6 +481,7 @@ constexpr bool SliceSumsApply(RowTier tier, int threads, int packs, int cluster,
   if (tier == RowTier::kCluster) {
     return packs == kClusterHalfVecs || (packs == kClusterVecs && !(two_16bit && cluster > 2));
   }
+  if (tier == RowTier::kCta && threads == 256 && packs == kCtaVecs) return two_16bit;
   return tier == RowTier::kCta && threads == 512 &&
          (packs == kWideCtaVecs || (packs == kCtaVecs && elem_size < 4));
 }
@@ -531,6 +546,18 @@ constexpr bool CtaSumsPrefetchNextRow(int threads, int elem_size) {
   return elem_size < 4 ? threads == 256 : threads == 512;
 }
 
+// Whether the group sums (GroupRowSumsKernel) bring each group's next row into L2 once its
+// row is loaded (sm_90+): where the grid, `chunks` CTAs, puts at most kGroupSumPrefetchCtasPerSm
+// CTAs on each of the device's `sms` SMs, whose rows in flight leave DRAM idle. H200, fwd+bwd
+// with every gradient, the sums kernel's time with it ÷ without (benchmarks/results/h200/
+// NOTES.md §42): rms_norm bf16 1024 at 128 / 256 / 384 / 512 / 1024 / 2048 chunks 0.83 / 0.87 /
+// 1.00 / 1.07 / 1.05 / 1.06; at 256 chunks bf16 256 / 512 0.87, layer_norm / add_rms_norm
+// bf16 1024 0.88 / 0.86, fp32 512 0.89, rows in phase (1023) 0.90.
+constexpr int kGroupSumPrefetchCtasPerSm = 2;
+constexpr bool GroupSumsPrefetchNextRow(int64_t chunks, int sms) {
+  return sms > 0 && chunks <= int64_t{kGroupSumPrefetchCtasPerSm} * sms;
+}
+
 struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
@@ -540,7 +567,8 @@ struct FusedSumPlan {
                        // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                        // kFusedGroupRows x groups)
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow; the CTA sums
-                                   // of 4-pack rows: CtaSumsPrefetchNextRow
+                                   // of 4-pack rows: CtaSumsPrefetchNextRow; the group sums:
+                                   // GroupSumsPrefetchNextRow
   int row_classes = 1;  // 1 for aligned rows; the pack width for rows in phase that do not
                         // start 16-byte aligned (PhasedSumPlan)
 };
@@ -587,11 +615,13 @@ constexpr bool FillsTwoPackCtas(int column_sums, int row_inputs, int elem_size) 
 // sums (1 or 2) that reads `row_inputs` row operands, or nothing where the fused path does not
 // apply. `aligned`: every operand starts 16-byte aligned and has a row stride that is a
 // multiple of the pack width; `in_phase`: each row starts at the same offset from 16 bytes in
-// every operand (PhasedSumPlan); `dram_gbps_per_sm`: the device's (SlicePrefetchesNextRow).
+// every operand (PhasedSumPlan); `dram_gbps_per_sm` and `sms`: the device's
+// (SlicePrefetchesNextRow, GroupSumsPrefetchNextRow).
 inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int elem_size,
                                                  bool aligned, bool in_phase, bool clusters,
                                                  bool wide_cta, int column_sums, int row_inputs,
-                                                 int cluster_packs, float dram_gbps_per_sm) {
+                                                 int cluster_packs, float dram_gbps_per_sm,
+                                                 int sms) {
   const int vec = PackWidth(elem_size);
   const bool whole = aligned && n % vec == 0;
   if (elem_size == 8 || column_sums < 1 || rows == 0 || n == 0 || !(whole || in_phase) ||
@@ -605,9 +635,11 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     return whole ? CtaSumPlan(k, rows, chunk_rows) : PhasedSumPlan(k, rows, chunk_rows, vec);
   };
   // Sums in shared memory, chunks of kSliceChunkBytes per column (see there). None of the
-  // configurations below is one of these (rows of up to 256 threads x 4 packs, groups, fp32
-  // rows of 512 x 4).
-  if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums)) {
+  // configurations below is one of these (but two sums of 16-bit 256 x 4 rows SliceSums256x4
+  // leaves to the staged kernel; groups, fp32 rows of 512 x 4).
+  const bool cta256 = plan.tier == RowTier::kCta && plan.threads == 256;
+  if (SliceSumsApply(plan.tier, plan.threads, plan.packs, plan.cluster, elem_size, column_sums) &&
+      (!cta256 || SliceSums256x4(n, whole, vec))) {
     RowPlan k = plan;
     k.params_once = true;
     FusedSumPlan fused = chunked(k, kSliceChunkBytes / elem_size);
@@ -704,7 +736,10 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
   // one (33 and 61 elements, NOTES.md §47).
   if (plan.tier == RowTier::kGroup && plan.packs == kGroupVecs && (whole || plan.width >= 8)) {
     const int per_cta = kGroupCtaThreads / plan.width * kFusedGroupRows;
-    return chunked(plan, per_cta);
+    FusedSumPlan fused = chunked(plan, per_cta);
+    // (the bulk prefetch needs sm_90, as the clusters do)
+    fused.prefetch_next_row = clusters && GroupSumsPrefetchNextRow(fused.chunks, sms);
+    return fused;
   }
   return std::nullopt;
 }

@@ -159,6 +159,35 @@ struct ThreadPieces {
   };
 };
 
+// A parameter read a pack at a time (ParamCache::Fill, PackedRow::ParamPack): kParamVec
+// elements of W (at most 16 bytes) a vector load, where its packs' columns, `head` in, start
+// aligned to those loads.
+template <typename W, int kVec>
+constexpr int kParamVec = ThreadPieces<W, kVec>::kPiece;
+template <typename W, int kVec>
+ROWNORM_DEVICE bool ParamPacksAligned(const W* p, int64_t head) {
+  return reinterpret_cast<uintptr_t>(p + head) % (kParamVec<W, kVec> * sizeof(W)) == 0;
+}
+// v[e] = the parameter p of `ps` at col0 + e as Acc, its offset applied (ParamList::Of), by
+// vector loads (kUnaligned: by 4-byte loads, LoadPackUnaligned).
+template <typename Acc, int kVec, bool kUnaligned = false, class PS>
+ROWNORM_DEVICE void LoadParamPack(const PS& ps, const typename PS::Elem* p, int64_t col0,
+                                  Acc (&v)[kVec]) {
+  using W = typename PS::Elem;
+  constexpr int kWVec = kParamVec<W, kVec>;
+#pragma unroll
+  for (int h = 0; h < kVec / kWVec; ++h) {
+    Pack<W, kWVec> q;
+    if constexpr (kUnaligned) {
+      q = LoadPackUnaligned<W, kWVec>(p + col0 + h * kWVec);
+    } else {
+      q.Load(p + col0 + h * kWVec);
+    }
+#pragma unroll
+    for (int e = 0; e < kWVec; ++e) v[h * kWVec + e] = ps.template Of<Acc>(q.Get(e));
+  }
+}
+
 // Per-thread column accumulators of the fused parameter-gradient path: kK sums for each of the
 // thread's kVecs x kVec columns, carried across the rows a team processes (the columns a thread
 // owns are the same in every row when rows start 16-byte aligned, which that path requires).
@@ -275,27 +304,16 @@ struct ParamCache {
   // below n at a time; else an element at a time (2-byte loads of a 16-bit weight took 8x the
   // L2 sectors: ncu, h200/NOTES.md §40).
   ROWNORM_DEVICE void Fill(const PS& ps, int rank, int64_t n, int64_t head = 0) {
-    using W = typename PS::Elem;
-    constexpr int kWVec = ThreadPieces<W, kVec>::kPiece;
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-      const W* const p = ps.p[j];
-      const bool packed =
-          p != nullptr && reinterpret_cast<uintptr_t>(p + head) % (kWVec * sizeof(W)) == 0;
+      const auto* const p = ps.p[j];
+      const bool packed = p != nullptr && ParamPacksAligned<typename PS::Elem, kVec>(p, head);
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         const int64_t col0 = head + (rank + int64_t{k} * kThreads) * kVec;
         Acc v[kVec];
         if (packed && col0 + kVec <= n) {
-#pragma unroll
-          for (int h = 0; h < kVec / kWVec; ++h) {
-            Pack<W, kWVec> q;
-            q.Load(p + col0 + h * kWVec);
-#pragma unroll
-            for (int e = 0; e < kWVec; ++e) {
-              v[h * kWVec + e] = ps.template Of<Acc>(static_cast<Acc>(q.Get(e)));
-            }
-          }
+          LoadParamPack<Acc, kVec>(ps, p, col0, v);
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
@@ -459,9 +477,6 @@ struct RowStage {
 template <class Derived, class Args, int kVec, class Team, bool kAligned>
 class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
  public:
-  // Elements of W read by one vector load of a pack's parameters (at most 16 bytes).
-  template <typename W>
-  static constexpr int kParamVec = kVec * sizeof(W) > 16 ? 16 / static_cast<int>(sizeof(W)) : kVec;
   using TIn = typename Args::InElem;
   using TOut = typename Args::OutElem;
   using Acc = AccType<TIn>;
@@ -545,7 +560,7 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   // (80 → 89, 79 → 87% of copy), 65535 / 131071 1.024 / 1.018; rms_norm bf16 16383-131071
   // 1.022-1.048; add_rms_norm and float32 rows 0.98-1.02 (NOTES.md §43).
   template <typename W>
-  static constexpr bool kUnalignedParamPacks = !kAligned && Pack<W, kParamVec<W>>::kWords;
+  static constexpr bool kUnalignedParamPacks = !kAligned && Pack<W, kParamVec<W, kVec>>::kWords;
 
   // Output 0 at col = f(x, col, p), p[j] = parameter j at col (StoreWith in row_ops.h), the
   // parameters of a pack's columns read by the view's ParamPack where ParamsPackable, else
@@ -654,16 +669,14 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // Whether ParamPack may read `ps` a pack at a time with vector loads: every given parameter
-  // aligned like the row for vector loads of kParamVec elements.
+  // aligned like the row for them (ParamPacksAligned).
   template <class PS>
   ROWNORM_DEVICE bool ParamsPackable(const PS& ps) const {
-    using W = typename PS::Elem;
     bool aligned = true;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
-      aligned = aligned && (ps.p[j] == nullptr || reinterpret_cast<uintptr_t>(ps.p[j] + geo_.head) %
-                                                          (kParamVec<W> * sizeof(W)) ==
-                                                      0);
+      aligned = aligned && (ps.p[j] == nullptr ||
+                            ParamPacksAligned<typename PS::Elem, kVec>(ps.p[j], geo_.head));
     }
     return aligned;
   }
@@ -673,23 +686,10 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   template <bool kUnaligned, class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
-    using W = typename PS::Elem;
-    constexpr int kWVec = kParamVec<W>;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
       if (ps.p[j] != nullptr) {
-#pragma unroll
-        for (int h = 0; h < kVec / kWVec; ++h) {
-          const W* at = ps.p[j] + col0 + h * kWVec;
-          Pack<W, kWVec> q;
-          if constexpr (kUnaligned) {
-            q = LoadPackUnaligned<W, kWVec>(at);
-          } else {
-            q.Load(at);
-          }
-#pragma unroll
-          for (int e = 0; e < kWVec; ++e) pv[j][h * kWVec + e] = ps.template Of<Acc>(q.Get(e));
-        }
+        LoadParamPack<Acc, kVec, kUnaligned>(ps, ps.p[j], col0, pv[j]);
       } else {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) pv[j][e] = ps.template Absent<Acc>(j);

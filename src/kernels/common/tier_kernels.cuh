@@ -581,7 +581,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 // kAligned false: rows in phase (plan.h's PhasedSumPlan), CTA b runs chunk b of PhasedChunks
 // (kRows·G rows of one class, kVec apart; group g takes the chunk's rows g, g + G, ...): its
 // groups share the parameters filled for that class and add their head and tail scalars' sums
-// in group order too (GroupsWriteScalars).
+// in group order too (GroupsWriteScalars). kPrefetch (the plan's prefetch_next_row: plan.h's
+// GroupSumsPrefetchNextRow, grids of at most two CTAs per SM): each group brings its next row
+// into L2 once its row is loaded. A kernel of its own: its registers (16-bit rms_norm 96 →
+// 116-127, layer_norm 128 → 167) cost nothing on such grids, but as a branch of the one kernel
+// they took CTAs per SM from full grids (layer_norm bf16 1024, 2048 chunks: the sums kernel
+// 1.12x the time; benchmarks/results/h200/NOTES.md §42).
 template <typename Acc, int kK, int kVecs, int kVec, int kWidth, int kCtaThreads>
 struct GroupSumExchange {
   // A group's values, q = ((j·kVecs + k)·kWidth + l)·kVec + e for value e of pack k of sum j
@@ -671,7 +676,7 @@ struct GroupsWriteScalars {
 };
 
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
-          bool kAligned>
+          bool kAligned, bool kPrefetch>
 ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
                                  AccType<typename Args::InElem>* partial) {
   static_assert(kAligned || kVec <= kWidth, "a lane owns at most one head and one tail scalar");
@@ -707,10 +712,14 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
   auto* const sums_of_rows = SumsOfRows<kAligned>(sums, phased);
   FillParams(params, op, team.rank, group == 0, args.n, geo.head);
   const int64_t base = first + group * kStep;
+  using Row = FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>, kAligned>;
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = base + static_cast<int64_t>(k) * kGroups * kStep;
-    FusedRow<Op, Args, kVec, kVecs, GroupTeam<kWidth>, kAligned> r(team, args, row, row < args.rows,
-                                                                   &params);
+    Row r(team, args, row, row < args.rows, &params);
+    if constexpr (kPrefetch) {
+      const int64_t next = row + kGroups * kStep;
+      if (k + 1 < kRows && next < args.rows) Row::template PrefetchL2<true>(team, args, next);
+    }
     op(r, sums_of_rows);
   }
   // (after the rows: computed before them, it took an aligned kernel from 72 to 80 registers)
@@ -738,18 +747,21 @@ ROWNORM_DEVICE void GroupRowSums(const Args& args, const Op& op,
 // ptxas's choice. A bound of one CTA per SM is not that choice: on the aligned 16-bit
 // layer_norm kernel it moved 128 registers to 167 (benchmarks/results/h100/NOTES.md §46).
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
-          bool kAligned = true>
+          bool kAligned = true, bool kPrefetch = false>
 __global__ void __launch_bounds__(kCtaThreads)
     GroupRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
-  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, kAligned>(args, op, partial);
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, kAligned, kPrefetch>(args, op,
+                                                                                       partial);
 }
 constexpr int kPhasedGroupSumCtas = 4;
-template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows>
+template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, int kRows,
+          bool kPrefetch = false>
 __global__ void __launch_bounds__(kCtaThreads, kPhasedGroupSumCtas)
     PhasedGroupRowSumsKernel(const Args args, const Op op,
                              AccType<typename Args::InElem>* partial) {
   static_assert(Op::kColumnSums == 1, "two sums run GroupRowSumsKernel (see above)");
-  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, false>(args, op, partial);
+  GroupRowSums<Op, Args, kVec, kVecs, kWidth, kCtaThreads, kRows, false, kPrefetch>(args, op,
+                                                                                    partial);
 }
 
 // The per-thread copies of an op's ColumnParams() that ClusterParamRowKernel keeps.
@@ -933,8 +945,9 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
               ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>, kPipelined, kAligned>(args, op);
 }
 
-// Fused parameter gradients of rows past the CTA tier: the wide CTA (kCluster = 1, 512 x 8
-// packs) and the cluster tier, rows in registers, persistent. A grid of the teams the device
+// Fused parameter gradients of rows past the CTA tier (the wide CTA: kCluster = 1, 512 x 8
+// packs; the cluster tier) and of the CTA tier's 16-bit 512 x 4 rows and layer_norm's 256 x 4
+// (plan.h's SliceSumsApply), rows in registers, persistent. A grid of the teams the device
 // runs at once; team c runs chunks c, c + teams, ... of `chunk_rows` rows in order
 // (chunks = ceil(rows / chunk_rows): the partials, and so the results, do not depend on the
 // grid). Each thread copies its columns' parameters once (ParamSlices) and adds its columns'
