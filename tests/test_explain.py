@@ -387,6 +387,31 @@ def test_explain_layer_norm_slice_sums_of_256x4_rows(dtype):
 
 
 @cuda_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_explain_one_sum_slices_pipelined(dtype):
+    """One column sum (rms_norm, add_rms_norm) of whole 16-bit rows of 512 threads x 4 packs
+    where every thread owns at least three packs (n >= 12288) runs the slice sums with the next
+    row's loads in flight (plan.h, SliceSumsPipelined: prefetch=next_row_loads); shorter rows,
+    rows in phase, layer_norm's two sums and the float32 rows of that length do not."""
+    rows = 1 << 14
+    cases = ((12288, True), (16384, True), (12280, False), (10240, False), (16383, False))
+    for op in ("rms_norm", "add_rms_norm"):
+        for n, piped in cases:
+            x = torch.empty(rows, n, dtype=dtype, device="cuda")
+            plan = rownorm.explain(x, op, backward=True, param_grads=True)
+            assert (plan.tier, plan.threads, plan.packs) == ("cta", 512, 4), (op, n, plan.raw)
+            assert (plan.param_grads, plan.params) == ("fused", "once"), (op, n, plan.raw)
+            assert (plan.prefetch == "next_row_loads") == piped, (op, n, plan.raw)
+            if piped:
+                assert "the next row's loads in flight" in str(plan), str(plan)
+    for op, dt in (("layer_norm", dtype), ("rms_norm", torch.float32)):
+        plan = rownorm.explain(
+            torch.empty(rows, 16384, dtype=dt, device="cuda"), op, backward=True, param_grads=True
+        )
+        assert plan.param_grads == "fused" and plan.prefetch != "next_row_loads", (op, plan.raw)
+
+
+@cuda_only
 def test_explain_misaligned_and_strided():
     x = torch.randn(4, 257, device="cuda", dtype=torch.bfloat16)[:, 1:]  # rows of 256, offset 1
     plan = rownorm.explain(x, "rms_norm")

@@ -100,7 +100,10 @@ class Plan:
             16-bit rows that fill at most 3/4 of their team, or any such rows on GPUs of at
             least 30 GB/s of DRAM bandwidth per SM, such as the H200. The CTA tier's one sum on
             4-pack rows: 16-bit rows of 256 threads, fp32 rows of 512. The group tier: grids of
-            at most two CTAs per SM. None elsewhere.
+            at most two CTAs per SM. ``"next_row_loads"`` where each team issues its next
+            row's loads before it reduces the current one (the sums in shared memory of one
+            column sum on whole 16-bit rows of 512 threads x 4 packs, n >= 12288). None
+            elsewhere.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
             alignment each (rows r and r + row_classes), whose chunks hold rows of one class;
@@ -180,6 +183,8 @@ def _describe(p: Plan) -> str:
         text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"
         if p.prefetch == "next_row":
             text += "; the next row prefetched into L2"
+        elif p.prefetch == "next_row_loads":
+            text += "; the next row's loads in flight"
         if p.row_classes:
             text += f"; rows in {p.row_classes} classes of one alignment each"
     elif p.param_grads == "two-pass":

@@ -838,9 +838,16 @@ cudaError_t WithRowAlignment(const FusedSumPlan& plan, F f) {
 // or (kAligned false) rows in phase (plan.h's PhasedSumPlan; WithRowAlignment).
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
-template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true>
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true,
+          bool kPipelined = false>
 constexpr auto SliceSumKernel =
-    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, kAligned>;
+    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, kAligned, kPipelined>;
+// Whether the pipelined kernel of a team is compiled: the teams SliceSumsPipelined can plan.
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
+constexpr bool kSliceMayPipeline =
+    kAligned && SliceSumsPipelined(kThreads, kVecs, kCluster, PlannedElemSize<Args>(),
+                                   OpTraits<Op>::kColumnSums,
+                                   kPipelinedSliceMinPacks * kThreads * Args::kPackWidth, true);
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 constexpr bool SliceSumsFit() {
   return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
@@ -870,6 +877,18 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
     constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>;
     int teams = 0;
+    if constexpr (kSliceMayPipeline<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
+      if (plan.pipelined) {  // a grid of the CTAs it holds (one per SM where the other holds two)
+        constexpr auto kPiped = SliceSumKernel<Op, Args, kThreads, kVecs, 1, true, true>;
+        const cudaError_t err = ResidentCtas<kPiped, kSmem>(kThreads, &teams);
+        if (err != cudaSuccess) return err;
+        if (teams == 0) return cudaErrorInvalidConfiguration;
+        kPiped<<<static_cast<unsigned>(std::min<int64_t>(plan.chunks, teams)), kThreads, kSmem,
+                 stream>>>(a, op, partial, plan.chunk_rows, false);
+        return cudaGetLastError();
+      }
+    }
+    if (plan.pipelined) return cudaErrorInvalidConfiguration;  // a plan PlanFusedSums never makes
     const cudaError_t err =
         ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster, kAligned>(&teams);
     if (err != cudaSuccess) return err;

@@ -533,6 +533,24 @@ constexpr bool SlicePrefetchesNextRow(int threads, int packs, int cluster, int v
   return 4 * n <= 3 * team || fast_dram;
 }
 
+// Whether SliceRowSumsKernel runs its rows pipelined (kPipelined: the next row's loads issued
+// before the current row is reduced and stored; no prefetch into L2): one sum (rms_norm,
+// add_rms_norm) of whole 16-bit rows of 512 threads x 4 packs where every thread owns at
+// least three packs (n >= 12288). One CTA of up to 128 registers per SM, where the kernel one
+// row at a time holds two of 64. H200, fwd+bwd with every gradient, bf16 but where said,
+// 2^27 elements, the sums kernel's time pipelined ÷ not (step in brackets;
+// benchmarks/results/h200/NOTES.md §43): rms_norm 16384 / 12288 0.968 / 0.956 (0.981 /
+// 0.970), fp16 16384 0.979, 16384 at 12288 / 65536 rows 0.824 / 1.002, add_rms_norm 16384 /
+// 12288 0.972 / 0.954; not at 10240 (2-3 packs a thread): 1.067. The next row's loads and the
+// row after it into L2 took 1.00-1.02 at 2^27 (1.17 at 10240); layer_norm's two sums spill
+// pipelined (128 registers): 1.09-1.15.
+constexpr int64_t kPipelinedSliceMinPacks = 3;
+constexpr bool SliceSumsPipelined(int threads, int packs, int cluster, int elem_size,
+                                  int column_sums, int64_t n, bool whole) {
+  return whole && column_sums == 1 && elem_size == 2 && cluster <= 1 && threads == 512 &&
+         packs == kCtaVecs && n >= kPipelinedSliceMinPacks * threads * (16 / elem_size);
+}
+
 // Whether the CTA sums of one row at a time (4 packs a thread: CtaRowSumsKernel unpipelined) on
 // CTAs of `threads` bring each row's next row into L2 once its loads are issued (sm_90+). A CTA
 // has no load in flight from its row's barrier to its next row's loads; the prefetch fills that
@@ -562,10 +580,11 @@ struct FusedSumPlan {
   // CtaRowSumsKernel (tier kCta), CtaRowSumsStagedKernel (kCta, stages > 0),
   // GroupRowSumsKernel (kGroup) or SliceRowSumsKernel (kCta or kCluster, params_once)
   RowPlan kernel;
-  int64_t chunks = 0;  // partials per column sum (column_sums x chunks x n in all)
-  int chunk_rows = 0;  // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
-                       // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
-                       // kFusedGroupRows x groups)
+  int64_t chunks = 0;      // partials per column sum (column_sums x chunks x n in all)
+  int chunk_rows = 0;      // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
+                           // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
+                           // kFusedGroupRows x groups)
+  bool pipelined = false;  // SliceRowSumsKernel: SliceSumsPipelined
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow; the CTA sums
                                    // of 4-pack rows: CtaSumsPrefetchNextRow; the group sums:
                                    // GroupSumsPrefetchNextRow
@@ -643,10 +662,12 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     RowPlan k = plan;
     k.params_once = true;
     FusedSumPlan fused = chunked(k, kSliceChunkBytes / elem_size);
+    fused.pipelined =
+        SliceSumsPipelined(k.threads, k.packs, k.cluster, elem_size, column_sums, n, whole);
     // (the bulk prefetch needs sm_90, as the clusters do)
-    fused.prefetch_next_row =
-        clusters && SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec, elem_size,
-                                           column_sums, n, dram_gbps_per_sm);
+    fused.prefetch_next_row = clusters && !fused.pipelined &&
+                              SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec, elem_size,
+                                                     column_sums, n, dram_gbps_per_sm);
     return fused;
   }
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
@@ -901,6 +922,7 @@ inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
   if (f.prefetch_next_row) s += " prefetch=next_row";
+  if (f.pipelined) s += " prefetch=next_row_loads";
   if (f.row_classes > 1) s += " row_classes=" + std::to_string(f.row_classes);
   if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
     s += " cluster=" + std::to_string(f.kernel.cluster);

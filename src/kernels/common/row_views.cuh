@@ -249,8 +249,13 @@ struct SharedColumnSums {
   }
 
   // Writes thread `rank`'s sums of its packs begin + rank + k * kThreads (< end), whose
-  // columns start `head` in (rows that do not start aligned: then an element at a time), as
-  // chunk `chunk`'s partials, partial[(j·chunks + chunk)·n + col], and zeroes them.
+  // columns start `head` in, as chunk `chunk`'s partials, partial[(j·chunks + chunk)·n + col],
+  // and zeroes them: with kAligned (whole rows: head 0, n a multiple of kVec) 16 bytes at a
+  // time, else (rows in phase) an element at a time, whatever the class's head: chunk·n puts
+  // a partial's row anywhere. (Chosen by the head alone, the 16-byte stores of the head-0 class
+  // were misaligned; the compiler had merged both branches into scalar stores, until another
+  // build merged them into the 16-byte ones: benchmarks/results/h200/NOTES.md §43.)
+  template <bool kAligned>
   ROWNORM_DEVICE void WriteAndZero(int rank, int64_t begin, int64_t end, int64_t chunk,
                                    int64_t chunks, int64_t n, Acc* partial, int64_t head = 0) {
 #pragma unroll
@@ -263,7 +268,7 @@ struct SharedColumnSums {
         for (int h = 0; h < kPieces; ++h) {
           Piece q = pieces[j][k][h][rank];
           Acc* to = partial + (j * chunks + chunk) * n + head + v * kVec + h * kPiece;
-          if (head == 0) {
+          if constexpr (kAligned) {
             *reinterpret_cast<Piece*>(to) = q;
           } else {
 #pragma unroll

@@ -1015,13 +1015,15 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
       }
       op(r, &phased);
     }
-    sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial, geo.head);
+    sums.template WriteAndZero<false>(threadIdx.x, begin, end, c, chunks, args.n, partial,
+                                      geo.head);
     phased.template WriteScalarAndZero<0>(own.head_col, c, chunks, args.n, partial);
     phased.template WriteScalarAndZero<1>(own.tail_col, c, chunks, args.n, partial);
   }
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned,
+          bool kPipelined>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows, bool prefetch_next_row) {
@@ -1048,9 +1050,31 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     sums.Zero(threadIdx.x);
     const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
     const int64_t teams = gridDim.x / kCluster;
+    // kPipelined: the team's rows in order across its chunks, each next one's loads issued
+    // before the current row is reduced and stored (plan.h's SliceSumsPipelined)
+    const auto following = [&](int64_t row) -> int64_t {  // the team's row after `row`, or -1
+      const int64_t c = row / chunk_rows;
+      return row + 1 < min(args.rows, (c + 1) * chunk_rows) ? row + 1
+             : c + teams < chunks                           ? (c + teams) * chunk_rows
+                                                            : -1;
+    };
+    typename Row::Loaded loaded{};
+    if constexpr (kPipelined) {
+      const int64_t first = int64_t{blockIdx.x} / kCluster * chunk_rows;
+      loaded = Row::Load(team, args, first < args.rows ? first : 0, first < args.rows);
+    }
     for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
       const int64_t last = min(args.rows, (c + 1) * chunk_rows);
       for (int64_t row = c * chunk_rows; row < last; ++row) {
+        if constexpr (kPipelined) {
+          const int64_t next = following(row);
+          const typename Row::Loaded upcoming =
+              Row::Load(team, args, next >= 0 ? next : 0, next >= 0);
+          Row r(team, args, row, true, loaded, &slices);
+          op(r, &sums);
+          loaded = upcoming;
+          continue;
+        }
         Row r(team, args, row, true, &slices);
         if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, kVec, Op::kColumnSums)) {
           if (prefetch_next_row) {
@@ -1063,26 +1087,29 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
         }
         op(r, &sums);
       }
-      sums.WriteAndZero(threadIdx.x, begin, end, c, chunks, args.n, partial);
+      sums.template WriteAndZero<true>(threadIdx.x, begin, end, c, chunks, args.n, partial);
     }
   }
   if constexpr (kCluster > 1) team.Finish();
 }
 
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned>
+// kPipelined (aligned rows of one CTA): the next row's loads in flight (SliceRowSums).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned,
+          bool kPipelined = false>
 __global__ void __launch_bounds__(kThreads)
     SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
                        int chunk_rows, bool prefetch_next_row) {
+  static_assert(!kPipelined || (kAligned && kCluster == 1), "pipelined: aligned rows of a CTA");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if constexpr (kCluster > 1) {
     __trap();  // launched on sm_90+ only (checked on the host)
   } else {
-    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op, partial, chunk_rows,
-                                                                      prefetch_next_row);
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined>(
+        args, op, partial, chunk_rows, prefetch_next_row);
   }
 #else
-  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned>(args, op, partial, chunk_rows,
-                                                                    prefetch_next_row);
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined>(
+      args, op, partial, chunk_rows, prefetch_next_row);
 #endif
 }
 
