@@ -548,7 +548,7 @@ constexpr int64_t kPipelinedSliceMinPacks = 3;
 constexpr bool SliceSumsPipelined(int threads, int packs, int cluster, int elem_size,
                                   int column_sums, int64_t n, bool whole) {
   return whole && column_sums == 1 && elem_size == 2 && cluster <= 1 && threads == 512 &&
-         packs == kCtaVecs && n >= kPipelinedSliceMinPacks * threads * (16 / elem_size);
+         packs == kCtaVecs && n >= kPipelinedSliceMinPacks * threads * PackWidth(elem_size);
 }
 
 // Whether the CTA sums of one row at a time (4 packs a thread: CtaRowSumsKernel unpipelined) on

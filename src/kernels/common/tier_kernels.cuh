@@ -1050,13 +1050,11 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     sums.Zero(threadIdx.x);
     const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
     const int64_t teams = gridDim.x / kCluster;
-    // kPipelined: the team's rows in order across its chunks, each next one's loads issued
-    // before the current row is reduced and stored (plan.h's SliceSumsPipelined)
-    const auto following = [&](int64_t row) -> int64_t {  // the team's row after `row`, or -1
-      const int64_t c = row / chunk_rows;
-      return row + 1 < min(args.rows, (c + 1) * chunk_rows) ? row + 1
-             : c + teams < chunks                           ? (c + teams) * chunk_rows
-                                                            : -1;
+    // The team's row after `row` of chunk c (whose rows end at `last`): the chunk's next, else
+    // the first of its next chunk; -1 past its last. What kPipelined loads ahead (plan.h's
+    // SliceSumsPipelined) and prefetch_next_row brings into L2.
+    const auto following = [&](int64_t row, int64_t c, int64_t last) -> int64_t {
+      return row + 1 < last ? row + 1 : c + teams < chunks ? (c + teams) * chunk_rows : -1;
     };
     typename Row::Loaded loaded{};
     if constexpr (kPipelined) {
@@ -1067,7 +1065,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
       const int64_t last = min(args.rows, (c + 1) * chunk_rows);
       for (int64_t row = c * chunk_rows; row < last; ++row) {
         if constexpr (kPipelined) {
-          const int64_t next = following(row);
+          const int64_t next = following(row, c, last);
           const typename Row::Loaded upcoming =
               Row::Load(team, args, next >= 0 ? next : 0, next >= 0);
           Row r(team, args, row, true, loaded, &slices);
@@ -1078,10 +1076,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
         Row r(team, args, row, true, &slices);
         if constexpr (SliceMayPrefetchNextRow(kThreads, kVecs, kCluster, kVec, Op::kColumnSums)) {
           if (prefetch_next_row) {
-            // the team's next row: this chunk's, else the first of its next chunk
-            const int64_t next = row + 1 < last       ? row + 1
-                                 : c + teams < chunks ? (c + teams) * chunk_rows
-                                                      : -1;
+            const int64_t next = following(row, c, last);
             if (next >= 0) Row::PrefetchL2(team, args, next);
           }
         }
