@@ -758,11 +758,12 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 // ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory). The
 // fused kernels of rows in phase (plan.h's PhasedSumPlan) pass one without kAligned: the
 // cache holds the packs' columns of its rows' geometry, and the head and tail scalars'
-// parameters are read from global memory.
+// parameters are read from global memory. kHeld: a held kernel's row (CtaRowKernelBounded,
+// whose launch bounds fix its registers), which ForEachPack runs as the kept-parameter rows.
 template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
-          class Cache = NoParamCache>
-class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache>, Args, kVec,
-                                   Team, kAligned> {
+          class Cache = NoParamCache, bool kHeld = false>
+class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache, kHeld>, Args,
+                                   kVec, Team, kAligned> {
   using Base = PackedRow<CachedRow, Args, kVec, Team, kAligned>;
   using Base::geo_;
   using Base::own_;
@@ -1074,9 +1075,15 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Primitives (see the top of this file).
   template <class G>
   ROWNORM_DEVICE void ForEachPack(G g) const {
-    if constexpr (kParamsCached) {
-      // The kernels that keep parameters (aligned rows): where the thread owns all kVecs packs,
-      // no branch per pack, so that ptxas may issue the packs' shared-memory loads together.
+    if constexpr (kParamsCached || (kHeld && kAligned)) {
+      // Where the thread owns all kVecs packs, no branch per pack: the kernels that keep
+      // parameters (aligned rows), so that ptxas may issue the packs' shared-memory loads
+      // together, and the held kernels' aligned rows, whose passes then take one base address
+      // and no branch a pack (16-bit layer_norm's forward at 16384: 26.5 -> 22.6 warp
+      // instructions an element, h200/NOTES.md §43). Not every cached row: elsewhere ptxas's
+      // registers moved across hundreds of kernels, a CTA per SM fewer in some (layer_norm's
+      // 256 x 4 CTA 1.03x the time) and past kMaxHeldLocalBytes in the held kernels of rows
+      // not aligned (§43's X).
       if (own_.first_vec + (kVecs - 1) * int64_t{Team::kThreads} < own_.vec_end) {
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) {

@@ -108,10 +108,12 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
 
 // The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a CTA per row, in a grid that GridFor
 // caps). With kAligned, the rows of aligned problems (plan.h's RowsAligned: no head or tail
-// scalars, no bound on every pack), which LaunchCtaRow picks for them.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned>
+// scalars, no bound on every pack), which LaunchCtaRow picks for them. kHeld: the held kernel's
+// rows (CachedRow's kHeld).
+template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned,
+          bool kHeld = false>
 ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned>;
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned, NoParamCache, kHeld>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   // Not the CTAs of 512 threads (plan.h's KeepsL2OnTier says why).
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) CtaRowKernel(const Args args, const 
 template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned, int kCtasPerSm>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CtaRowKernelBounded(const Args args, const Op op) {
-  CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned>(args, op);
+  CtaRows<Op, Args, kVec, kVecs, kThreads, kAligned, true>(args, op);
 }
 
 // Fused parameter gradients: the CTA and group tiers with column sums. A "chunk" is the
