@@ -647,6 +647,38 @@ def test_cta_held_three_per_sm(param_dtype):
 
 
 @cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_cta_held_absent_params(dtype):
+    """The held CTA kernels' aligned rows (the 512 x 4 CTA held to three, the wide 512 x 8 to
+    two), whose packs run without a branch each and whose absent weight or bias is a pack preset
+    to its value (row_views.cuh's LoadParamPack, kOrAbsent): layer_norm with a weight alone, a
+    bias alone and neither, rms_norm without a weight, against the float64 reference, more rows
+    than the device holds CTAs."""
+    import rownorm
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, packs, held in ((16384, 4, 3), (12288, 4, 3), (32768, 8, 2)):
+        x = scaled_rows(held * 2 * sms + 7, n, dtype, "cuda")
+        g = torch.Generator(device="cuda").manual_seed(n)
+        w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+        b = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+        plan = rownorm.explain(x, "layer_norm")
+        assert (plan.tier, plan.threads, plan.packs) == ("cta", 512, packs), plan.raw
+        if torch.cuda.get_device_capability()[0] == 9:  # the registers ptxas gave sm_90
+            assert plan.ctas_per_sm == held, plan.raw
+        with torch.no_grad():
+            for pw, pb in ((w, None), (None, b), (None, None)):
+                got = rownorm.layer_norm(x, pw, pb, eps=1e-5)
+                want = rownorm.reference.layer_norm(x, pw, pb, eps=1e-5)
+                what = f"layer_norm N={n} weight {pw is not None} bias {pb is not None}"
+                assert_matches(got, want, dim=-1, what=what)
+            got = rownorm.rms_norm(x, None, eps=1e-6)
+            want = rownorm.reference.rms_norm(x, None, eps=1e-6)
+            assert_matches(got, want, dim=-1, what=f"rms_norm N={n} no weight")
+        del x
+
+
+@cuda_only
 def test_cluster_rows_unknown_value_ignored(monkeypatch, capfd):
     """ROWNORM_CLUSTER_ROWS other than registers / shared / params is ignored (the plan and the
     bits of the unset choice), said once on stderr."""

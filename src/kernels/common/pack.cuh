@@ -97,6 +97,20 @@ struct alignas(sizeof(T) * N) Pack {
     }
   }
 
+  // Every element = a (a's bits in every word).
+  ROWNORM_DEVICE void Fill(AccType<T> a) {
+    if constexpr (kWords) {
+      uint32_t word = AccToBits<T>(a);
+#pragma unroll
+      for (int s = 1; s < kPerWord; ++s) word |= word << (s * 8 * sizeof(T));
+#pragma unroll
+      for (int w = 0; w < kNumWords; ++w) d.w[w] = word;
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) d.v[i] = FromAcc<T>(a);
+    }
+  }
+
   ROWNORM_DEVICE void Set(int i, AccType<T> a) {
     if constexpr (kWords) {
       constexpr int kBits = 8 * sizeof(T);

@@ -168,20 +168,27 @@ template <typename W, int kVec>
 ROWNORM_DEVICE bool ParamPacksAligned(const W* p, int64_t head) {
   return reinterpret_cast<uintptr_t>(p + head) % (kParamVec<W, kVec> * sizeof(W)) == 0;
 }
-// v[e] = the parameter p of `ps` at col0 + e as Acc, its offset applied (ParamList::Of), by
-// vector loads (kUnaligned: by 4-byte loads, LoadPackUnaligned).
-template <typename Acc, int kVec, bool kUnaligned = false, class PS>
-ROWNORM_DEVICE void LoadParamPack(const PS& ps, const typename PS::Elem* p, int64_t col0,
-                                  Acc (&v)[kVec]) {
+// v[e] = parameter j of `ps` at col0 + e as Acc, its offset applied (ParamList::Of), by vector
+// loads (kUnaligned: by 4-byte loads, LoadPackUnaligned). kOrAbsent: where ps.p[j] is null,
+// its absent value instead (else the caller checks): the pack is preset to that value's stored
+// bits (1 and 0, a weight's and a bias's, are exact in every storage type) and loaded over
+// where the parameter is given, so that one conversion an element serves both, where a
+// default moved in and a predicated conversion took two (h200/NOTES.md §44).
+template <typename Acc, int kVec, bool kUnaligned = false, bool kOrAbsent = false, class PS>
+ROWNORM_DEVICE void LoadParamPack(const PS& ps, int j, int64_t col0, Acc (&v)[kVec]) {
   using W = typename PS::Elem;
   constexpr int kWVec = kParamVec<W, kVec>;
+  const W* const p = ps.p[j];
 #pragma unroll
   for (int h = 0; h < kVec / kWVec; ++h) {
     Pack<W, kWVec> q;
-    if constexpr (kUnaligned) {
-      q = LoadPackUnaligned<W, kWVec>(p + col0 + h * kWVec);
-    } else {
-      q.Load(p + col0 + h * kWVec);
+    if constexpr (kOrAbsent) q.Fill(static_cast<AccType<W>>(ps.absent[j]));
+    if (!kOrAbsent || p != nullptr) {
+      if constexpr (kUnaligned) {
+        q = LoadPackUnaligned<W, kWVec>(p + col0 + h * kWVec);
+      } else {
+        q.Load(p + col0 + h * kWVec);
+      }
     }
 #pragma unroll
     for (int e = 0; e < kWVec; ++e) v[h * kWVec + e] = ps.template Of<Acc>(q.Get(e));
@@ -318,7 +325,7 @@ struct ParamCache {
         const int64_t col0 = head + (rank + int64_t{k} * kThreads) * kVec;
         Acc v[kVec];
         if (packed && col0 + kVec <= n) {
-          LoadParamPack<Acc, kVec>(ps, p, col0, v);
+          LoadParamPack<Acc, kVec>(ps, j, col0, v);
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
@@ -687,14 +694,15 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
   }
 
   // pv[j][e] = parameter j at col0 + e for the pack at col0 (this thread's pack k), with vector
-  // loads (ParamsPackable(ps)), or with kUnaligned by 4-byte loads (kUnalignedParamPacks).
-  template <bool kUnaligned, class PS>
+  // loads (ParamsPackable(ps)), or with kUnaligned by 4-byte loads (kUnalignedParamPacks);
+  // kOrAbsent: LoadParamPack's.
+  template <bool kUnaligned, bool kOrAbsent = false, class PS>
   ROWNORM_DEVICE void ParamPack(const PS& ps, int, int64_t col0,
                                 Acc (&pv)[PS::kCount][kVec]) const {
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) {
-      if (ps.p[j] != nullptr) {
-        LoadParamPack<Acc, kVec, kUnaligned>(ps, ps.p[j], col0, pv[j]);
+      if (kOrAbsent || ps.p[j] != nullptr) {
+        LoadParamPack<Acc, kVec, kUnaligned, kOrAbsent>(ps, j, col0, pv[j]);
       } else {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) pv[j][e] = ps.template Absent<Acc>(j);
@@ -993,7 +1001,10 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
                     "an op body reads the parameters its ColumnParams() lists");
       cache_->Get(ps, k, team_.ThreadRank(), pv);
     } else {
-      Base::template ParamPack<kUnaligned>(ps, k, col0, pv);
+      // The held kernels' aligned rows (kHeld): the absent values preset, LoadParamPack's
+      // kOrAbsent. Not every row: in all, that moved ptxas's registers in 282 kernels, across
+      // kMaxHeldLocalBytes in three held ones (§44).
+      Base::template ParamPack<kUnaligned, kHeld && kAligned>(ps, k, col0, pv);
     }
   }
 
