@@ -648,24 +648,33 @@ def test_cta_held_three_per_sm(param_dtype):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
-def test_cta_held_absent_params(dtype):
-    """The held CTA kernels' aligned rows (the 512 x 4 CTA held to three, the wide 512 x 8 to
-    two), whose packs run without a branch each and whose absent weight or bias is a pack preset
-    to its value (row_views.cuh's LoadParamPack, kOrAbsent): layer_norm with a weight alone, a
-    bias alone and neither, rms_norm without a weight, against the float64 reference, more rows
-    than the device holds CTAs."""
+def test_flat_pack_rows_absent_params(dtype):
+    """The rows that run their packs flat (row_views.cuh's CachedRow kFlatPacks: no branch per
+    pack, an absent weight or bias read as a pack preset to its value): the held CTA kernels'
+    aligned rows (512 x 4 held to three, the wide 512 x 8 to two, more rows than the device
+    holds CTAs) and the group tier's. layer_norm with a weight alone, a bias alone and neither,
+    rms_norm without a weight, against the float64 reference."""
     import rownorm
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for n, packs, held in ((16384, 4, 3), (12288, 4, 3), (32768, 8, 2)):
-        x = scaled_rows(held * 2 * sms + 7, n, dtype, "cuda")
+    shapes = {  # n: (tier, packs, CTAs per SM held to, rows)
+        16384: ("cta", 4, 3, 6 * sms + 7),
+        12288: ("cta", 4, 3, 6 * sms + 7),
+        32768: ("cta", 8, 2, 4 * sms + 7),
+        256: ("group", None, None, 4100),
+        1024: ("group", None, None, 4100),
+    }
+    for n, (tier, packs, held, rows) in shapes.items():
+        x = scaled_rows(rows, n, dtype, "cuda")
         g = torch.Generator(device="cuda").manual_seed(n)
         w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
         b = torch.randn(n, device="cuda", dtype=dtype, generator=g)
         plan = rownorm.explain(x, "layer_norm")
-        assert (plan.tier, plan.threads, plan.packs) == ("cta", 512, packs), plan.raw
-        if torch.cuda.get_device_capability()[0] == 9:  # the registers ptxas gave sm_90
-            assert plan.ctas_per_sm == held, plan.raw
+        assert plan.tier == tier, plan.raw
+        if tier == "cta":
+            assert (plan.threads, plan.packs) == (512, packs), plan.raw
+            if torch.cuda.get_device_capability()[0] == 9:  # the registers ptxas gave sm_90
+                assert plan.ctas_per_sm == held, plan.raw
         with torch.no_grad():
             for pw, pb in ((w, None), (None, b), (None, None)):
                 got = rownorm.layer_norm(x, pw, pb, eps=1e-5)

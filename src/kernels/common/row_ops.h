@@ -109,7 +109,8 @@ struct ParamOffset {
 };
 
 // K optional per-column parameters of one type (weight, bias), the value each stands for when
-// absent (1 for a weight, 0 for a bias), and an offset applied to all of them. Op bodies read
+// absent (1 for a weight, 0 for a bias: exact in W, as row_views.cuh's LoadParamPack needs,
+// which presets a pack to its stored bits), and an offset applied to all of them. Op bodies read
 // them only through ReduceWith and StoreWith (below), so that a row view decides how: per
 // element, a pack at a time, or from the copy the fused parameter-gradient kernels keep in
 // shared memory (ParamCache in row_views.cuh).

@@ -766,12 +766,19 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 // ReduceWith and StoreWith then read the parameters (NoParamCache: from global memory). The
 // fused kernels of rows in phase (plan.h's PhasedSumPlan) pass one without kAligned: the
 // cache holds the packs' columns of its rows' geometry, and the head and tail scalars'
-// parameters are read from global memory. kHeld: a held kernel's row (CtaRowKernelBounded,
-// whose launch bounds fix its registers), which ForEachPack runs as the kept-parameter rows.
+// parameters are read from global memory.
+// kFlatPacks, with kAligned: the row's passes test once a row whether the thread owns all its
+// packs (ForEachPack), not a branch a pack, and read an absent weight or bias as a pack preset
+// to its value (LoadParamPack's kOrAbsent). Set by the held CTA kernels (CtaRowKernelBounded,
+// whose launch bounds fix their registers) and the group tier, where they measured faster
+// (h200/NOTES.md §44: 16-bit layer_norm's forward 0.93x at 16384, 0.98x at 256-1024). Not in
+// every row: there they moved ptxas's registers across hundreds of kernels, a CTA per SM fewer
+// in some (layer_norm's 256 x 4 CTA 1.03x the time) and past kMaxHeldLocalBytes in the held
+// kernels of rows not aligned (§43-§44).
 template <class Args, int kVec, int kVecs, class Team, bool kAligned = false,
-          class Cache = NoParamCache, bool kHeld = false>
-class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache, kHeld>, Args,
-                                   kVec, Team, kAligned> {
+          class Cache = NoParamCache, bool kFlatPacks = false>
+class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, Cache, kFlatPacks>,
+                                   Args, kVec, Team, kAligned> {
   using Base = PackedRow<CachedRow, Args, kVec, Team, kAligned>;
   using Base::geo_;
   using Base::own_;
@@ -1001,10 +1008,9 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
                     "an op body reads the parameters its ColumnParams() lists");
       cache_->Get(ps, k, team_.ThreadRank(), pv);
     } else {
-      // The held kernels' aligned rows (kHeld): the absent values preset, LoadParamPack's
-      // kOrAbsent. Not every row: in all, that moved ptxas's registers in 282 kernels, across
-      // kMaxHeldLocalBytes in three held ones (§44).
-      Base::template ParamPack<kUnaligned, kHeld && kAligned>(ps, k, col0, pv);
+      // (kFlatPacks: the absent values preset. In every row that moved ptxas's registers in
+      // 282 kernels, across kMaxHeldLocalBytes in three held ones: h200/NOTES.md §44.)
+      Base::template ParamPack<kUnaligned, kFlatPacks && kAligned>(ps, k, col0, pv);
     }
   }
 
@@ -1086,15 +1092,12 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Primitives (see the top of this file).
   template <class G>
   ROWNORM_DEVICE void ForEachPack(G g) const {
-    if constexpr (kParamsCached || (kHeld && kAligned)) {
+    if constexpr (kParamsCached || (kFlatPacks && kAligned)) {
       // Where the thread owns all kVecs packs, no branch per pack: the kernels that keep
       // parameters (aligned rows), so that ptxas may issue the packs' shared-memory loads
-      // together, and the held kernels' aligned rows, whose passes then take one base address
-      // and no branch a pack (16-bit layer_norm's forward at 16384: 26.5 -> 22.6 warp
-      // instructions an element, h200/NOTES.md §43). Not every cached row: elsewhere ptxas's
-      // registers moved across hundreds of kernels, a CTA per SM fewer in some (layer_norm's
-      // 256 x 4 CTA 1.03x the time) and past kMaxHeldLocalBytes in the held kernels of rows
-      // not aligned (§43's X).
+      // together, and kFlatPacks rows, whose passes then take one base address and no branch a
+      // pack (16-bit layer_norm's forward at 16384: 26.5 -> 22.6 warp instructions an element,
+      // h200/NOTES.md §43).
       if (own_.first_vec + (kVecs - 1) * int64_t{Team::kThreads} < own_.vec_end) {
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) {

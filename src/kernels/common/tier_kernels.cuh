@@ -63,14 +63,15 @@ struct RowLoads {
   const uint64_t policy;
 };
 
-// With kAligned, the rows of aligned problems (plan.h's RowsAligned), as CtaRows'.
+// With kAligned, the rows of aligned problems (plan.h's RowsAligned), as CtaRows', and
+// CachedRow's kFlatPacks.
 template <class Op, class Args, int kVec, int kVecs, int kWidth, int kCtaThreads, bool kAligned>
 __global__ void __launch_bounds__(kCtaThreads) GroupRowKernel(const Args args, const Op op) {
   static_assert(kCtaThreads % kWarpSize == 0 && kWarpSize % kWidth == 0, "bad group shape");
   constexpr int kRowsPerCta = kCtaThreads / kWidth;
   GroupTeam<kWidth> team{static_cast<int>(threadIdx.x % kWidth)};
   const int group = threadIdx.x / kWidth;
-  using Row = CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned>;
+  using Row = CachedRow<Args, kVec, kVecs, GroupTeam<kWidth>, kAligned, NoParamCache, true>;
   const RowLoads<Row, OpTraits<Op>::kKeepsInputInL2> loads(args);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerCta; base < args.rows;
        base += static_cast<int64_t>(gridDim.x) * kRowsPerCta) {
@@ -108,12 +109,12 @@ ROWNORM_DEVICE void PipelineUnits(int64_t first, int64_t step, int64_t end, Pref
 
 // The CTA tier: CTA b runs rows b, b + gridDim.x, ... (a CTA per row, in a grid that GridFor
 // caps). With kAligned, the rows of aligned problems (plan.h's RowsAligned: no head or tail
-// scalars, no bound on every pack), which LaunchCtaRow picks for them. kHeld: the held kernel's
-// rows (CachedRow's kHeld).
+// scalars, no bound on every pack), which LaunchCtaRow picks for them. kFlatPacks: CachedRow's
+// (the held kernel's rows).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, bool kAligned,
-          bool kHeld = false>
+          bool kFlatPacks = false>
 ROWNORM_DEVICE void CtaRows(const Args& args, const Op& op) {
-  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned, NoParamCache, kHeld>;
+  using Row = CachedRow<Args, kVec, kVecs, CtaTeam<kThreads>, kAligned, NoParamCache, kFlatPacks>;
   __shared__ BlockReduceStorage<kThreads> storage;
   CtaTeam<kThreads> team{storage};
   // Not the CTAs of 512 threads (plan.h's KeepsL2OnTier says why).
