@@ -771,7 +771,8 @@ class PackedRow : public RowOps<Derived, AccType<typename Args::InElem>> {
 // packs (ForEachPack), not a branch a pack, and read an absent weight or bias as a pack preset
 // to its value (LoadParamPack's kOrAbsent). Set by the held CTA kernels (CtaRowKernelBounded,
 // whose launch bounds fix their registers) and the group tier, where they measured faster
-// (h200/NOTES.md §44: 16-bit layer_norm's forward 0.93x at 16384, 0.98x at 256-1024). Not in
+// (h200/NOTES.md §44: 16-bit layer_norm's forward 0.94x at 16384 in the bench; the group
+// tier's 0.98x at 256-1024 in kernel time only, which the bench does not show). Not in
 // every row: there they moved ptxas's registers across hundreds of kernels, a CTA per SM fewer
 // in some (layer_norm's 256 x 4 CTA 1.03x the time) and past kMaxHeldLocalBytes in the held
 // kernels of rows not aligned (§43-§44).
