@@ -231,7 +231,8 @@ def test_slice_param_grads(op_id, dtype):
     device's CTAs or clusters busy; fewer rows take the two-pass path. With a last chunk part
     full:
     the gradients match the reference and are bit-identical run to run, and a row's dx is the
-    same bits on both paths."""
+    same bits on both paths; on 16-bit cluster rows with the next row staged in shared memory
+    too (bulk copies)."""
     import rownorm
 
     elem = torch.empty((), dtype=dtype).element_size()
@@ -289,7 +290,26 @@ def test_slice_param_grads(op_id, dtype):
             and n % vec == 0
             and n >= 3 * 512 * vec
         )
-        want = "next_row_loads" if piped else "next_row" if prefetch and sm90 else None
+        # whole 16-bit rows on clusters: the next row staged in shared memory instead, for one
+        # sum, and for two where the staged CTA still fits as many per SM: one CTA of 2048
+        # packs either way, where 256 x 4 packs fit two plain and one staged (plan.h,
+        # SliceSumsStageNextRow; dispatch.cuh, PlanRowSumOp)
+        staged = (
+            sm90
+            and elem == 2
+            and cluster > 1
+            and n % vec == 0
+            and (OPS[op_id].name != "layer_norm" or plan.threads * plan.packs == 2048)
+        )
+        want = (
+            "next_row_loads"
+            if piped
+            else "next_row_staged"
+            if staged
+            else "next_row"
+            if prefetch and sm90
+            else None
+        )
         assert plan.prefetch == want, (n, plan.raw)
         x = randn((rows + 17, n), dtype, "cuda")
         case, inp, outs, dys, fused = _check_fused_param_grads(

@@ -102,7 +102,10 @@ class Plan:
             4-pack rows: 16-bit rows of 256 threads, fp32 rows of 512. The group tier: grids of
             at most two CTAs per SM. ``"next_row_loads"`` where each team issues its next
             row's loads before it reduces the current one (the sums in shared memory of one
-            column sum on whole 16-bit rows of 512 threads x 4 packs, n >= 12288). None
+            column sum on whole 16-bit rows of 512 threads x 4 packs, n >= 12288).
+            ``"next_row_staged"`` where each team copies its next row into shared memory
+            (bulk copies) while it reduces the current one (the cluster tier's whole 16-bit
+            rows: one column sum, and two where the staged CTAs fit as many per SM). None
             elsewhere.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
@@ -185,6 +188,8 @@ def _describe(p: Plan) -> str:
             text += "; the next row prefetched into L2"
         elif p.prefetch == "next_row_loads":
             text += "; the next row's loads in flight"
+        elif p.prefetch == "next_row_staged":
+            text += "; the next row staged in shared memory"
         if p.row_classes:
             text += f"; rows in {p.row_classes} classes of one alignment each"
     elif p.param_grads == "two-pass":

@@ -839,9 +839,9 @@ cudaError_t WithRowAlignment(const FusedSumPlan& plan, F f) {
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 using SliceSumsOf = SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster>;
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned = true,
-          bool kPipelined = false>
-constexpr auto SliceSumKernel =
-    SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads, kCluster, kAligned, kPipelined>;
+          bool kPipelined = false, bool kStageNext = false>
+constexpr auto SliceSumKernel = SliceRowSumsKernel<Op, Args, Args::kPackWidth, kVecs, kThreads,
+                                                   kCluster, kAligned, kPipelined, kStageNext>;
 // Whether the pipelined kernel of a team is compiled: the teams SliceSumsPipelined can plan.
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 constexpr bool kSliceMayPipeline =
@@ -851,6 +851,27 @@ constexpr bool kSliceMayPipeline =
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 constexpr bool SliceSumsFit() {
   return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
+}
+// Whether the kernel with the next row staged (plan.h's SliceSumsStageNextRow) of a team is
+// compiled: where its sums, parameters and stage fit a CTA's shared memory on sm_90
+// (kMaxStagedSliceSmem: 227 KB; the device may still fit fewer CTAs per SM).
+constexpr size_t kMaxStagedSliceSmem = 227 * 1024;
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
+constexpr bool kSliceMayStageNext =
+    kAligned && !Args::kMixed && SliceSumsStageNextRow(kCluster, PlannedElemSize<Args>(), true) &&
+    SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kStagedBytes <= kMaxStagedSliceSmem;
+
+// How many of its teams with the next row staged the current device runs at once (0: not one
+// fits, or the kernel is not compiled).
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
+cudaError_t ResidentStagedSliceTeams(int* teams) {
+  *teams = 0;
+  if constexpr (kSliceMayStageNext<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
+    return ResidentClusters<SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, true, false, true>,
+                            kThreads, kCluster,
+                            SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kStagedBytes>(teams);
+  }
+  return cudaSuccess;
 }
 
 // How many of its teams the current device runs at once (0: not one fits).
@@ -877,6 +898,25 @@ cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& 
     constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
     constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>;
     int teams = 0;
+    if constexpr (kSliceMayStageNext<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
+      if (plan.stage_next_row) {  // a grid of the clusters it holds
+        constexpr size_t kStagedSmem =
+            SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kStagedBytes;
+        constexpr auto kStaged =
+            SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, true, false, true>;
+        const cudaError_t err =
+            ResidentStagedSliceTeams<Op, Args, kThreads, kVecs, kCluster, kAligned>(&teams);
+        if (err != cudaSuccess) return err;
+        if (teams == 0) return cudaErrorInvalidConfiguration;
+        const unsigned grid =
+            static_cast<unsigned>(kCluster * std::min<int64_t>(plan.chunks, teams));
+        cudaLaunchAttribute attr[1];
+        const cudaLaunchConfig_t cfg =
+            ClusterConfig<kThreads, kCluster, kStagedSmem>(attr, grid, stream);
+        return cudaLaunchKernelEx(&cfg, kStaged, a, op, partial, plan.chunk_rows, false);
+      }
+    }
+    if (plan.stage_next_row) return cudaErrorInvalidConfiguration;  // PlanRowSumOp clears it
     if constexpr (kSliceMayPipeline<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
       if (plan.pipelined) {  // a grid of the CTAs it holds (one per SM where the other holds two)
         constexpr auto kPiped = SliceSumKernel<Op, Args, kThreads, kVecs, 1, true, true>;
@@ -967,15 +1007,28 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
       // H100's fewer teams took 0.87x the two-pass time, 128 chunks on 132 wide CTAs at
       // 32768 0.81x (NOTES.md §29). With fewer rows the two-pass path runs a team per row.
       // Both paths write the same dx.
-      int teams = 0;
+      int teams = 0, staged = 0;
       err = WithRowAlignment<Args>(**plan, [&](auto aligned) {
         return WithSliceTeam<Op, Args>((*plan)->kernel, [&](auto t, auto v, auto c) {
-          return ResidentSliceTeams<Op, Args, decltype(t)::value, decltype(v)::value,
-                                    decltype(c)::value, decltype(aligned)::value>(&teams);
+          constexpr int kT = decltype(t)::value, kV = decltype(v)::value, kC = decltype(c)::value;
+          constexpr bool kA = decltype(aligned)::value;
+          cudaError_t e = ResidentSliceTeams<Op, Args, kT, kV, kC, kA>(&teams);
+          if (e == cudaSuccess && (*plan)->stage_next_row) {
+            e = ResidentStagedSliceTeams<Op, Args, kT, kV, kC, kA>(&staged);
+          }
+          return e;
         });
       });
       if (err != cudaSuccess) return err;
-      if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) plan->reset();
+      if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) {
+        plan->reset();
+      } else if ((*plan)->stage_next_row) {
+        // Staged where the team fits, and for two sums where it keeps the plain team's CTAs
+        // per SM (plan.h's SliceSumsStageNextRow); else the plain kernel, its prefetch as planned.
+        const bool keep = staged > 0 && (OpTraits<Op>::kColumnSums == 1 || staged >= teams);
+        (*plan)->stage_next_row = keep;
+        if (keep) (*plan)->prefetch_next_row = false;
+      }
     }
   }
   if constexpr (OpTraits<Op>::kColumnSums == 2 && !std::is_same_v<typename Args::InElem, double>) {

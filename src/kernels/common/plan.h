@@ -551,6 +551,23 @@ constexpr bool SliceSumsPipelined(int threads, int packs, int cluster, int elem_
          packs == kCtaVecs && n >= kPipelinedSliceMinPacks * threads * PackWidth(elem_size);
 }
 
+// Whether SliceRowSumsKernel's cluster team stages its next row in shared memory (kStageNext:
+// StagedSliceRows, one bulk copy per input into one stage, no L2 prefetch) on 16-bit whole
+// rows: where the staged team keeps the plain team's CTAs per SM, or for one sum (checked on the
+// device: dispatch.cuh's PlanRowSumOp). H200, fwd+bwd with every gradient, 2^27 elements, the
+// sums kernel's time staged ÷ the plain kernel with its next row into L2
+// (benchmarks/results/h200/NOTES.md §45): one sum on 8-pack clusters, which the stage holds to
+// one CTA per SM where the plain kernel fits two, rms_norm bf16 49152 / 65536 / 131072 / 262144
+// 0.96 / 0.87 / 0.89 / 0.94 (steps 0.98 / 0.92 / 0.92 / 0.96), fp16 65536 0.88, add_rms_norm
+// bf16 65536 0.87; two sums (layer_norm) on 2-CTA 8-pack clusters bf16 24576 / 32768 0.94 /
+// 0.96, fp16 32768 0.96, on 16 CTAs of 512 at 262144 0.92. Not two sums on the 4-pack clusters
+// of 256 (32769-131072: the stage's 32 KB leave one CTA per SM of two, 1.14-1.28), nor the CTA
+// tier's (16-bit 512 x 4 rows 1.02-1.03, rms_norm's pipelined 1.05-1.10, layer_norm's 256 x 4
+// 1.06-1.08: its row loads from L2 cost less there than the stage's wait and barrier).
+constexpr bool SliceSumsStageNextRow(int cluster, int elem_size, bool whole) {
+  return whole && cluster > 1 && elem_size == 2;
+}
+
 // Whether the CTA sums of one row at a time (4 packs a thread: CtaRowSumsKernel unpipelined) on
 // CTAs of `threads` bring each row's next row into L2 once its loads are issued (sm_90+). A CTA
 // has no load in flight from its row's barrier to its next row's loads; the prefetch fills that
@@ -585,6 +602,8 @@ struct FusedSumPlan {
                            // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                            // kFusedGroupRows x groups)
   bool pipelined = false;  // SliceRowSumsKernel: SliceSumsPipelined
+  bool stage_next_row = false;     // SliceRowSumsKernel: SliceSumsStageNextRow (prefetch_next_row
+                                   // false), where PlanRowSumOp finds the staged team fits
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow; the CTA sums
                                    // of 4-pack rows: CtaSumsPrefetchNextRow; the group sums:
                                    // GroupSumsPrefetchNextRow
@@ -668,6 +687,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     fused.prefetch_next_row = clusters && !fused.pipelined &&
                               SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec, elem_size,
                                                      column_sums, n, dram_gbps_per_sm);
+    // (PlanRowSumOp keeps it where the staged team fits, then without the L2 prefetch)
+    fused.stage_next_row = clusters && SliceSumsStageNextRow(k.cluster, elem_size, whole);
     return fused;
   }
   // Where the fused path measured faster than the two-pass one (benchmarks/results/h100/
@@ -923,6 +944,7 @@ inline std::string Describe(const FusedSumPlan& f) {
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
   if (f.prefetch_next_row) s += " prefetch=next_row";
   if (f.pipelined) s += " prefetch=next_row_loads";
+  if (f.stage_next_row) s += " prefetch=next_row_staged";
   if (f.row_classes > 1) s += " row_classes=" + std::to_string(f.row_classes);
   if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
     s += " cluster=" + std::to_string(f.kernel.cluster);

@@ -923,6 +923,18 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
         scalars);
   }
 
+  // The loads of aligned row `row` from `slices` (RowSlices), where the bulk copies of
+  // SharedRow::Issue put this CTA's slice of it (the caller waited for them): thread t's pack k
+  // of input i at slices.packs[i][t + k * kThreads], a warp's 16-byte reads contiguous.
+  template <class Slices>
+  ROWNORM_DEVICE static Loaded LoadSlices(const Team& team, const Args& args, int64_t row,
+                                          const Slices& slices) {
+    static_assert(kAligned, "a slice's packs start at its first column (no head scalars)");
+    return LoadWith(team, args, row, true, [&](int k, int i, const TIn*, Pack<TIn, kVec>& dst) {
+      dst = slices.packs[i][team.ThreadRank() + k * Team::kThreads];
+    });
+  }
+
   // The head and tail scalars of `row` that this thread owns.
   ROWNORM_DEVICE static Scalars LoadScalars(const Team& team, const Args& args, int64_t row,
                                             bool valid) {

@@ -973,6 +973,10 @@ struct SliceSums {
   using Sums = SharedColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>;
   static_assert(sizeof(Slices) % 16 == 0, "the sums follow the parameters, 16-byte aligned");
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
+  // kStageNext: the team's next row staged after the sums (RowSlices, bulk copies).
+  using Stage = RowSlices<Args, kVec, kVecs, kThreads>;
+  static_assert(kBytes % 16 == 0, "the stage follows the sums, 16-byte aligned");
+  static constexpr size_t kStagedBytes = kBytes + sizeof(Stage);
 };
 
 // SliceRowSums of rows in phase (plan.h's PhasedSumPlan): the chunks of PhasedChunks, each of
@@ -1025,8 +1029,52 @@ ROWNORM_DEVICE void PhasedSliceChunks(Team& team, const Args& args, const Op& op
   }
 }
 
+// SliceRowSums of aligned rows with the team's next row staged in shared memory (kStageNext;
+// the cluster tier's 16-bit rows: plan.h's SliceSumsStageNextRow): each CTA's thread 0 copies
+// the CTA's slice of the next row into one stage by bulk copies (SharedRow::Issue) once every
+// thread has moved the current row's packs from the stage into registers, so that the next
+// row's bytes are in flight while the current one is reduced, stored and summed, with no
+// registers held for them (two rows held in registers spilled layer_norm's sums:
+// benchmarks/results/h200/NOTES.md §43). Dynamic shared memory: SliceSums::kStagedBytes.
+template <class Row, int kVecs, class Team, class Slices, class Sums, class Op, class Args,
+          class Following>
+ROWNORM_DEVICE void StagedSliceRows(Team& team, const Args& args, const Op& op,
+                                    const Slices& slices, Sums& sums,
+                                    AccType<typename Args::InElem>* partial, int chunk_rows,
+                                    int64_t begin, int64_t end, Following following) {
+  using Staged = SharedRow<Args, Args::kPackWidth, kVecs, Team>;
+  __shared__ uint64_t landed;  // the stage's copies have landed
+  auto& stage = *reinterpret_cast<typename Staged::Stage*>(DynamicSharedMemory() + sizeof(Slices) +
+                                                           sizeof(Sums));
+  constexpr int kCluster = Team::kSlices;
+  const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
+  const int64_t teams = gridDim.x / kCluster;
+  const int64_t first = int64_t{blockIdx.x} / kCluster * chunk_rows;
+  const bool issuer = threadIdx.x == 0;
+  if (issuer) {
+    InitBarrier(&landed);
+    if (first < args.rows) Staged::Issue(team, args, first, stage, &landed);
+  }
+  __syncthreads();  // the barrier initialized
+  unsigned parity = 0;
+  for (int64_t c = blockIdx.x / kCluster; c < chunks; c += teams) {
+    const int64_t last = min(args.rows, (c + 1) * chunk_rows);
+    for (int64_t row = c * chunk_rows; row < last; ++row) {
+      WaitBarrier(&landed, parity);
+      parity ^= 1u;
+      const typename Row::Loaded loaded = Row::LoadSlices(team, args, row, stage);
+      __syncthreads();  // every thread's packs are out of the stage
+      const int64_t next = following(row, c, last);
+      if (issuer && next >= 0) Staged::Issue(team, args, next, stage, &landed);
+      Row r(team, args, row, true, loaded, &slices);
+      op(r, &sums);
+    }
+    sums.template WriteAndZero<true>(threadIdx.x, begin, end, c, chunks, args.n, partial);
+  }
+}
+
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned,
-          bool kPipelined>
+          bool kPipelined, bool kStageNext>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows, bool prefetch_next_row) {
@@ -1059,6 +1107,12 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
     const auto following = [&](int64_t row, int64_t c, int64_t last) -> int64_t {
       return row + 1 < last ? row + 1 : c + teams < chunks ? (c + teams) * chunk_rows : -1;
     };
+    if constexpr (kStageNext) {
+      StagedSliceRows<Row, kVecs>(team, args, op, slices, sums, partial, chunk_rows, begin, end,
+                                  following);
+      if constexpr (kCluster > 1) team.Finish();
+      return;
+    }
     typename Row::Loaded loaded{};
     if constexpr (kPipelined) {
       const int64_t first = int64_t{blockIdx.x} / kCluster * chunk_rows;
@@ -1092,21 +1146,23 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
 }
 
 // kPipelined (aligned rows of one CTA): the next row's loads in flight (SliceRowSums).
+// kStageNext (aligned rows, sm_90+): the next row staged by bulk copies (StagedSliceRows).
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned,
-          bool kPipelined = false>
+          bool kPipelined = false, bool kStageNext = false>
 __global__ void __launch_bounds__(kThreads)
     SliceRowSumsKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial,
                        int chunk_rows, bool prefetch_next_row) {
   static_assert(!kPipelined || (kAligned && kCluster == 1), "pipelined: aligned rows of a CTA");
+  static_assert(!kStageNext || (kAligned && !kPipelined), "staged: aligned rows, one in registers");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (kCluster > 1) {
+  if constexpr (kCluster > 1 || kStageNext) {
     __trap();  // launched on sm_90+ only (checked on the host)
   } else {
-    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined>(
+    SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined, false>(
         args, op, partial, chunk_rows, prefetch_next_row);
   }
 #else
-  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined>(
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined, kStageNext>(
       args, op, partial, chunk_rows, prefetch_next_row);
 #endif
 }
