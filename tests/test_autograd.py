@@ -290,17 +290,10 @@ def test_slice_param_grads(op_id, dtype):
             and n % vec == 0
             and n >= 3 * 512 * vec
         )
-        # whole 16-bit rows on clusters: the next row staged in shared memory instead, for one
-        # sum, and for two where the staged CTA still fits as many per SM: one CTA of 2048
-        # packs either way, where 256 x 4 packs fit two plain and one staged (plan.h,
-        # SliceSumsStageNextRow; dispatch.cuh, PlanRowSumOp)
-        staged = (
-            sm90
-            and elem == 2
-            and cluster > 1
-            and n % vec == 0
-            and (OPS[op_id].name != "layer_norm" or plan.threads * plan.packs == 2048)
-        )
+        # whole 16-bit rows on clusters: the next row staged in shared memory instead (plan.h,
+        # SliceSumsStageNextRow; for two sums where the staged CTAs fit as many per SM as the
+        # plain ones, which they do on every such team: dispatch.cuh, PlanRowSumOp)
+        staged = sm90 and elem == 2 and cluster > 1 and n % vec == 0
         want = (
             "next_row_loads"
             if piped

@@ -553,17 +553,21 @@ constexpr bool SliceSumsPipelined(int threads, int packs, int cluster, int elem_
 
 // Whether SliceRowSumsKernel's cluster team stages its next row in shared memory (kStageNext:
 // StagedSliceRows, one bulk copy per input into one stage, no L2 prefetch) on 16-bit whole
-// rows: where the staged team keeps the plain team's CTAs per SM, or for one sum (checked on the
-// device: dispatch.cuh's PlanRowSumOp). H200, fwd+bwd with every gradient, 2^27 elements, the
-// sums kernel's time staged ÷ the plain kernel with its next row into L2
-// (benchmarks/results/h200/NOTES.md §45): one sum on 8-pack clusters, which the stage holds to
-// one CTA per SM where the plain kernel fits two, rms_norm bf16 49152 / 65536 / 131072 / 262144
-// 0.96 / 0.87 / 0.89 / 0.94 (steps 0.98 / 0.92 / 0.92 / 0.96), fp16 65536 0.88, add_rms_norm
-// bf16 65536 0.87; two sums (layer_norm) on 2-CTA 8-pack clusters bf16 24576 / 32768 0.94 /
-// 0.96, fp16 32768 0.96, on 16 CTAs of 512 at 262144 0.92. Not two sums on the 4-pack clusters
-// of 256 (32769-131072: the stage's 32 KB leave one CTA per SM of two, 1.14-1.28), nor the CTA
-// tier's (16-bit 512 x 4 rows 1.02-1.03, rms_norm's pipelined 1.05-1.10, layer_norm's 256 x 4
-// 1.06-1.08: its row loads from L2 cost less there than the stage's wait and barrier).
+// rows: for one sum, and for two where the staged team keeps the plain team's CTAs per SM
+// (checked on the device: dispatch.cuh's PlanRowSumOp). H200, fwd+bwd with every gradient,
+// 2^27 elements, the sums kernel's time staged ÷ the plain kernel with its next row into L2
+// (benchmarks/results/h200/NOTES.md §45):
+// - one sum on clusters, which the stage holds to half the plain kernel's CTAs per SM:
+//   rms_norm bf16 49152 / 65536 / 131072 / 262144 0.96 / 0.87 / 0.89 / 0.94 (steps 0.98 /
+//   0.92 / 0.92 / 0.96), fp16 65536 0.88, add_rms_norm bf16 65536 0.87;
+// - two sums (layer_norm), as many CTAs per SM: 2-CTA 8-pack clusters bf16 24576 / 32768 0.94
+//   / 0.96, fp16 32768 0.96; 16 CTAs of 512 at 262144 0.92; 4-pack clusters of 256 (their
+//   reduce slots cut to 16 bytes so that two fit: SliceSums::kStagedSlotBytes) 49152 / 65536
+//   / 131072 0.95 / 0.94 / 0.92 (steps 0.97 / 0.96 / 0.95), where one staged CTA per SM took
+//   1.14-1.28;
+// - not the CTA tier (16-bit 512 x 4 rows 1.02-1.03, rms_norm's pipelined 1.05-1.10,
+//   layer_norm's 256 x 4 1.06-1.08: its loads of a row from L2 cost less there than the
+//   stage's wait and barrier).
 constexpr bool SliceSumsStageNextRow(int cluster, int elem_size, bool whole) {
   return whole && cluster > 1 && elem_size == 2;
 }

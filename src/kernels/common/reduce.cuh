@@ -102,18 +102,21 @@ ROWNORM_DEVICE V WarpAllReduce(V v, Op op) {
 // Shared memory of a block all-reduce: one slot per warp, double-buffered so that
 // consecutive reductions need a single __syncthreads each (the barrier of call k+1 orders
 // call k's reads before call k+2's writes to the same buffer).
-template <int kThreads>
+// kSlotBytes: a slot's size (a kernel whose values are smaller may take less shared memory).
+template <int kThreads, int kSlotBytes = kReduceSlotBytes>
 struct BlockReduceStorage {
   static constexpr int kWarps = kThreads / kWarpSize;
-  alignas(16) unsigned char bytes[2][kWarps][kReduceSlotBytes];
+  static constexpr int kSlot = kSlotBytes;
+  alignas(16) unsigned char bytes[2][kWarps][kSlotBytes];
 };
 
 // All-reduce over a 1-D block of kThreads threads (a multiple of 32); `parity` is the
 // caller's per-block buffer selector, identical in every thread, flipped by each call.
-template <int kThreads, typename Op, typename V>
-ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storage, int& parity) {
+template <int kThreads, int kSlotBytes, typename Op, typename V>
+ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads, kSlotBytes>& storage,
+                                int& parity) {
   static_assert(kThreads % kWarpSize == 0, "block size must be a multiple of 32");
-  static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+  static_assert(sizeof(V) <= kSlotBytes, "reduction value must fit a slot");
   v = WarpAllReduce<kWarpSize>(v, op);
   if constexpr (kThreads > kWarpSize) {
     constexpr int kWarps = kThreads / kWarpSize;
@@ -133,10 +136,10 @@ ROWNORM_DEVICE V BlockAllReduce(V v, Op op, BlockReduceStorage<kThreads>& storag
 // Shared memory of a cluster all-reduce: the block's storage, and for each of two alternating
 // sets a slot per CTA of the cluster, which the CTAs' partials are pushed into, and the barrier
 // that completes when all of them have landed.
-template <int kThreads, int kCluster>
+template <int kThreads, int kCluster, int kSlotBytes = kReduceSlotBytes>
 struct ClusterReduceStorage {
-  BlockReduceStorage<kThreads> block;
-  alignas(16) unsigned char slots[2][kCluster][kReduceSlotBytes];
+  BlockReduceStorage<kThreads, kSlotBytes> block;
+  alignas(16) unsigned char slots[2][kCluster][kSlotBytes];
   uint64_t landed[2];
 };
 
@@ -145,9 +148,9 @@ struct ClusterReduceStorage {
 // group of kCluster lanes holds them all; Reduce(x, op), x combined over such a group by a
 // butterfly, the same bits in every lane for an op whose result does not depend on its
 // operands' order (a sum, a max), and in every CTA, which all hold the same parts.
-template <int kCluster, typename V>
+template <int kCluster, typename V, int kSlotBytes = kReduceSlotBytes>
 struct SliceParts {
-  const unsigned char (&slots)[kCluster][kReduceSlotBytes];
+  const unsigned char (&slots)[kCluster][kSlotBytes];
   ROWNORM_DEVICE const V& operator()(int c) const { return *reinterpret_cast<const V*>(slots[c]); }
   ROWNORM_DEVICE const V& Mine() const { return (*this)(static_cast<int>(threadIdx.x % kCluster)); }
   template <typename Op, typename X>
@@ -172,10 +175,10 @@ struct SliceParts {
 // the peer's among them, which the peer pushed after a block barrier that followed its threads'
 // reads of the set of k. A CTA leaves the kernel
 // after its last wait, once nothing more can land in its shared memory (Finish()).
-template <int kThreads, int kCluster>
+template <int kThreads, int kCluster, int kSlotBytes = kReduceSlotBytes>
 class ClusterReducer {
  public:
-  using Storage = ClusterReduceStorage<kThreads, kCluster>;
+  using Storage = ClusterReduceStorage<kThreads, kCluster, kSlotBytes>;
 
   ROWNORM_DEVICE explicit ClusterReducer(Storage& storage) : storage_(storage) {
     if (threadIdx.x == 0) {
@@ -210,7 +213,7 @@ class ClusterReducer {
   template <typename V, class Combine>
   ROWNORM_DEVICE auto Merge(const V& v, Combine combine) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
+    static_assert(sizeof(V) <= kSlotBytes, "reduction value must fit a slot");
     if (!joined_) {
       ClusterWait();  // every CTA's barriers are initialized
       joined_ = true;
@@ -225,10 +228,10 @@ class ClusterReducer {
     WaitBarrier(landed, (phases_ >> p) & 1u);
     phases_ ^= 1u << p;
     set_ ^= 1;
-    return combine(SliceParts<kCluster, V>{storage_.slots[p]});
+    return combine(SliceParts<kCluster, V, kSlotBytes>{storage_.slots[p]});
 #else
     __trap();  // cluster kernels are only launched on sm_90+ (checked on the host)
-    return combine(SliceParts<kCluster, V>{storage_.slots[0]});
+    return combine(SliceParts<kCluster, V, kSlotBytes>{storage_.slots[0]});
 #endif
   }
 

@@ -61,13 +61,14 @@ struct CtaTeam {  // a whole 1-D CTA
 };
 
 // kCluster CTAs of a cluster; CTA rank c owns slice c of the row. Made by every thread of
-// every CTA at the kernel's start; Finish() before the kernel ends.
-template <int kCtaThreads, int kCluster>
+// every CTA at the kernel's start; Finish() before the kernel ends. kSlotBytes: the reducer's
+// slot size (reduce.cuh).
+template <int kCtaThreads, int kCluster, int kSlotBytes = kReduceSlotBytes>
 struct ClusterTeam {
   static constexpr int kThreads = kCtaThreads;
   static constexpr int kSlices = kCluster;
-  using Storage = ClusterReduceStorage<kCtaThreads, kCluster>;
-  ClusterReducer<kCtaThreads, kCluster> reducer;
+  using Storage = ClusterReduceStorage<kCtaThreads, kCluster, kSlotBytes>;
+  ClusterReducer<kCtaThreads, kCluster, kSlotBytes> reducer;
   ROWNORM_DEVICE explicit ClusterTeam(Storage& storage) : reducer(storage) {}
   ROWNORM_DEVICE int ThreadRank() const { return threadIdx.x; }
   ROWNORM_DEVICE int SliceRank() const { return blockIdx.x % kCluster; }

@@ -973,10 +973,16 @@ struct SliceSums {
   using Sums = SharedColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>;
   static_assert(sizeof(Slices) % 16 == 0, "the sums follow the parameters, 16-byte aligned");
   static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
-  // kStageNext: the team's next row staged after the sums (RowSlices, bulk copies).
+  // kStageNext: the team's next row staged after the sums (RowSlices, bulk copies), and the
+  // cluster's reduce slots of 16 bytes (the backwards' values, at most two floats), whose
+  // static shared memory (1-1.5 KB at 32 bytes) held layer_norm's 4-pack staged CTAs of 256 to
+  // one per SM: with 16, two fit, as the plain kernel's.
   using Stage = RowSlices<Args, kVec, kVecs, kThreads>;
   static_assert(kBytes % 16 == 0, "the stage follows the sums, 16-byte aligned");
   static constexpr size_t kStagedBytes = kBytes + sizeof(Stage);
+  static constexpr int kStagedSlotBytes = 16;
+  using StagedTeam = std::conditional_t<kCluster == 1, CtaTeam<kThreads>,
+                                        ClusterTeam<kThreads, kCluster, kStagedSlotBytes>>;
 };
 
 // SliceRowSums of rows in phase (plan.h's PhasedSumPlan): the chunks of PhasedChunks, each of
@@ -1079,10 +1085,11 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows, bool prefetch_next_row) {
   using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
-  using Team = typename S::Team;
+  using Team = std::conditional_t<kStageNext, typename S::StagedTeam, typename S::Team>;
   using Row = CachedRow<Args, kVec, kVecs, Team, kAligned, typename S::Slices>;
-  __shared__ std::conditional_t<kCluster == 1, BlockReduceStorage<kThreads>,
-                                ClusterReduceStorage<kThreads, kCluster>>
+  __shared__ std::conditional_t<
+      kCluster == 1, BlockReduceStorage<kThreads>,
+      ClusterReduceStorage<kThreads, kCluster, kStageNext ? S::kStagedSlotBytes : kReduceSlotBytes>>
       storage;
   Team team{storage};
   auto& slices = *reinterpret_cast<typename S::Slices*>(DynamicSharedMemory());
