@@ -106,7 +106,6 @@ ROWNORM_DEVICE V WarpAllReduce(V v, Op op) {
 template <int kThreads, int kSlotBytes = kReduceSlotBytes>
 struct BlockReduceStorage {
   static constexpr int kWarps = kThreads / kWarpSize;
-  static constexpr int kSlot = kSlotBytes;
   alignas(16) unsigned char bytes[2][kWarps][kSlotBytes];
 };
 

@@ -786,6 +786,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   using Base::own_;
   using Base::team_;
   static constexpr bool kParamsCached = !std::is_same_v<Cache, NoParamCache>;
+  static constexpr bool kFlat = kFlatPacks && kAligned;  // kFlatPacks applies to aligned rows
 
  public:
   using typename Base::Acc;
@@ -1024,7 +1025,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
     } else {
       // (kFlatPacks: the absent values preset. In every row that moved ptxas's registers in
       // 282 kernels, across kMaxHeldLocalBytes in three held ones: h200/NOTES.md §44.)
-      Base::template ParamPack<kUnaligned, kFlatPacks && kAligned>(ps, k, col0, pv);
+      Base::template ParamPack<kUnaligned, kFlat>(ps, k, col0, pv);
     }
   }
 
@@ -1106,7 +1107,7 @@ class CachedRow : public PackedRow<CachedRow<Args, kVec, kVecs, Team, kAligned, 
   // Primitives (see the top of this file).
   template <class G>
   ROWNORM_DEVICE void ForEachPack(G g) const {
-    if constexpr (kParamsCached || (kFlatPacks && kAligned)) {
+    if constexpr (kParamsCached || kFlat) {
       // Where the thread owns all kVecs packs, no branch per pack: the kernels that keep
       // parameters (aligned rows), so that ptxas may issue the packs' shared-memory loads
       // together, and kFlatPacks rows, whose passes then take one base address and no branch a

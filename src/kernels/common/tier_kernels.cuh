@@ -1047,14 +1047,13 @@ template <class Row, int kVecs, class Team, class Slices, class Sums, class Op, 
 ROWNORM_DEVICE void StagedSliceRows(Team& team, const Args& args, const Op& op,
                                     const Slices& slices, Sums& sums,
                                     AccType<typename Args::InElem>* partial, int chunk_rows,
-                                    int64_t begin, int64_t end, Following following) {
+                                    int64_t chunks, int64_t teams, int64_t begin, int64_t end,
+                                    Following following) {
   using Staged = SharedRow<Args, Args::kPackWidth, kVecs, Team>;
   __shared__ uint64_t landed;  // the stage's copies have landed
   auto& stage = *reinterpret_cast<typename Staged::Stage*>(DynamicSharedMemory() + sizeof(Slices) +
                                                            sizeof(Sums));
   constexpr int kCluster = Team::kSlices;
-  const int64_t chunks = (args.rows + chunk_rows - 1) / chunk_rows;
-  const int64_t teams = gridDim.x / kCluster;
   const int64_t first = int64_t{blockIdx.x} / kCluster * chunk_rows;
   const bool issuer = threadIdx.x == 0;
   if (issuer) {
@@ -1115,8 +1114,8 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
       return row + 1 < last ? row + 1 : c + teams < chunks ? (c + teams) * chunk_rows : -1;
     };
     if constexpr (kStageNext) {
-      StagedSliceRows<Row, kVecs>(team, args, op, slices, sums, partial, chunk_rows, begin, end,
-                                  following);
+      StagedSliceRows<Row, kVecs>(team, args, op, slices, sums, partial, chunk_rows, chunks, teams,
+                                  begin, end, following);
       if constexpr (kCluster > 1) team.Finish();
       return;
     }
