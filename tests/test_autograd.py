@@ -232,7 +232,8 @@ def test_slice_param_grads(op_id, dtype):
     full:
     the gradients match the reference and are bit-identical run to run, and a row's dx is the
     same bits on both paths; on 16-bit cluster rows with the next row staged in shared memory
-    too (bulk copies)."""
+    too (bulk copies), and on layer_norm's 16-bit rows of 512 x 4 with the sums in
+    registers."""
     import rownorm
 
     elem = torch.empty((), dtype=dtype).element_size()
@@ -304,6 +305,16 @@ def test_slice_param_grads(op_id, dtype):
             else None
         )
         assert plan.prefetch == want, (n, plan.raw)
+        # two sums of whole 16-bit rows of 512 x 4 packs: the sums in registers (plan.h,
+        # SliceSumsInRegisters)
+        held = (
+            OPS[op_id].name == "layer_norm"
+            and elem == 2
+            and cluster == 1
+            and (plan.threads, plan.packs) == (512, 4)
+            and n % vec == 0
+        )
+        assert plan.sums == ("registers" if held else None), (n, plan.raw)
         x = randn((rows + 17, n), dtype, "cuda")
         case, inp, outs, dys, fused = _check_fused_param_grads(
             op_id, x, params="once", chunk_rows=64 // elem

@@ -107,6 +107,10 @@ class Plan:
             (bulk copies) while it reduces the current one (the cluster tier's whole 16-bit
             rows: one column sum, and two where the staged CTAs fit as many per SM). None
             elsewhere.
+        sums: fused sums on a team that reads the parameters once (params ``"once"``):
+            ``"registers"`` where each thread holds its columns' sums in registers (layer_norm's
+            whole 16-bit rows of 512 threads x 4 packs, 8193-16384 elements); None where they
+            are kept in shared memory.
         row_classes: fused sums on rows that do not start 16-byte aligned (odd n) but start
             alike in every operand: the pack width, the number of classes of rows with one
             alignment each (rows r and r + row_classes), whose chunks hold rows of one class;
@@ -137,6 +141,7 @@ class Plan:
     chunks: int | None = None
     chunk_rows: int | None = None
     prefetch: str | None = None
+    sums: str | None = None
     row_classes: int | None = None
     raw: str = ""
 
@@ -190,6 +195,8 @@ def _describe(p: Plan) -> str:
             text += "; the next row's loads in flight"
         elif p.prefetch == "next_row_staged":
             text += "; the next row staged in shared memory"
+        if p.sums == "registers":
+            text += "; the column sums in registers"
         if p.row_classes:
             text += f"; rows in {p.row_classes} classes of one alignment each"
     elif p.param_grads == "two-pass":

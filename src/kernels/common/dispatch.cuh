@@ -848,6 +848,18 @@ constexpr bool kSliceMayPipeline =
     kAligned && SliceSumsPipelined(kThreads, kVecs, kCluster, PlannedElemSize<Args>(),
                                    OpTraits<Op>::kColumnSums,
                                    kPipelinedSliceMinPacks * kThreads * Args::kPackWidth, true);
+// Whether a team's threads hold the sums in registers (plan.h's SliceSumsInRegisters): its
+// kernel is then SliceRowSumsRegisterKernel, whose shared memory holds the parameters only.
+template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
+constexpr bool kSliceHoldsSums = SliceSumsInRegisters(
+    kThreads, kVecs, kCluster, PlannedElemSize<Args>(), OpTraits<Op>::kColumnSums, kAligned);
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr auto SliceRegisterSumKernel =
+    SliceRowSumsRegisterKernel<Op, Args, Args::kPackWidth, kVecs, kThreads>;
+template <class Op, class Args, int kThreads, int kVecs>
+constexpr size_t kSliceRegisterSumBytes =
+    SliceSums<Op, Args, Args::kPackWidth, kVecs, kThreads, 1, true>::kBytes;
+
 template <class Op, class Args, int kThreads, int kVecs, int kCluster>
 constexpr bool SliceSumsFit() {
   return SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes <= kMaxClusterSmem;
@@ -878,7 +890,10 @@ cudaError_t ResidentStagedSliceTeams(int* teams) {
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t ResidentSliceTeams(int* teams) {
   constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
-  if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+  if constexpr (kSliceHoldsSums<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
+    return ResidentCtas<SliceRegisterSumKernel<Op, Args, kThreads, kVecs>,
+                        kSliceRegisterSumBytes<Op, Args, kThreads, kVecs>>(kThreads, teams);
+  } else if constexpr (!SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
     *teams = 0;
     return cudaSuccess;
   } else if constexpr (kCluster == 1) {
@@ -894,7 +909,20 @@ cudaError_t ResidentSliceTeams(int* teams) {
 template <class Op, class Args, int kThreads, int kVecs, int kCluster, bool kAligned>
 cudaError_t LaunchSliceRowSums(const Args& a, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
-  if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+  if constexpr (kSliceHoldsSums<Op, Args, kThreads, kVecs, kCluster, kAligned>) {
+    if (!plan.register_sums) return cudaErrorInvalidConfiguration;  // PlanFusedSums plans them
+    int teams = 0;
+    const cudaError_t err =
+        ResidentSliceTeams<Op, Args, kThreads, kVecs, kCluster, kAligned>(&teams);
+    if (err != cudaSuccess) return err;
+    if (teams == 0) return cudaErrorInvalidConfiguration;
+    SliceRegisterSumKernel<Op, Args, kThreads, kVecs>
+        <<<static_cast<unsigned>(std::min<int64_t>(plan.chunks, teams)), kThreads,
+           kSliceRegisterSumBytes<Op, Args, kThreads, kVecs>, stream>>>(
+            a, op, partial, plan.chunk_rows, plan.prefetch_next_row);
+    return cudaGetLastError();
+  } else if constexpr (SliceSumsFit<Op, Args, kThreads, kVecs, kCluster>()) {
+    if (plan.register_sums) return cudaErrorInvalidConfiguration;  // a plan never made
     constexpr size_t kSmem = SliceSumsOf<Op, Args, kThreads, kVecs, kCluster>::kBytes;
     constexpr auto kKernel = SliceSumKernel<Op, Args, kThreads, kVecs, kCluster, kAligned>;
     int teams = 0;

@@ -572,6 +572,23 @@ constexpr bool SliceSumsStageNextRow(int cluster, int elem_size, bool whole) {
   return whole && cluster > 1 && elem_size == 2;
 }
 
+// Whether SliceRowSumsKernel's threads hold their columns' sums in registers (kRegisterSums:
+// RegisterColumnSums) rather than in shared memory: two sums (layer_norm) of whole 16-bit rows
+// of 512 threads x 4 packs (8193-16384), 64 sums a thread at 128 registers, one CTA per SM as
+// with the shared sums, whose read-modify-write (256 KB a row a CTA at 16384) held L1 and
+// shared memory at 70% of their peak (ncu; 38% with the sums in registers). H200, fwd+bwd with
+// every gradient, 2^27 elements, the sums kernel's time ÷ the shared sums' (step in brackets;
+// benchmarks/results/h200/NOTES.md §46): bf16 16384 / 12288 / 10240 0.980-0.983 / 0.960-0.961 /
+// 0.944 (0.988-0.990 / 0.975-0.977 / 0.966), fp16 16384 0.981-0.989. Not on 256 x 4 rows (two
+// CTAs per SM): 7168 / 8192 0.991 / 1.009-1.010, one of the two sums in registers 0.976-0.994 /
+// 1.000-1.003; nor one sum on 512 x 4 (rms_norm, add_rms_norm bf16 10240: 1.26-1.27, one CTA
+// per SM where the shared sums fit two); rows in phase not measured.
+constexpr bool SliceSumsInRegisters(int threads, int packs, int cluster, int elem_size,
+                                    int column_sums, bool whole) {
+  return whole && column_sums == 2 && elem_size == 2 && cluster <= 1 && threads == 512 &&
+         packs == kCtaVecs;
+}
+
 // Whether the CTA sums of one row at a time (4 packs a thread: CtaRowSumsKernel unpipelined) on
 // CTAs of `threads` bring each row's next row into L2 once its loads are issued (sm_90+). A CTA
 // has no load in flight from its row's barrier to its next row's loads; the prefetch fills that
@@ -606,6 +623,7 @@ struct FusedSumPlan {
                            // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
                            // kFusedGroupRows x groups)
   bool pipelined = false;  // SliceRowSumsKernel: SliceSumsPipelined
+  bool register_sums = false;      // SliceRowSumsKernel: SliceSumsInRegisters
   bool stage_next_row = false;     // SliceRowSumsKernel: SliceSumsStageNextRow (prefetch_next_row
                                    // false), where PlanRowSumOp finds the staged team fits
   bool prefetch_next_row = false;  // SliceRowSumsKernel: SlicePrefetchesNextRow; the CTA sums
@@ -687,6 +705,8 @@ inline std::optional<FusedSumPlan> PlanFusedSums(int64_t rows, int64_t n, int el
     FusedSumPlan fused = chunked(k, kSliceChunkBytes / elem_size);
     fused.pipelined =
         SliceSumsPipelined(k.threads, k.packs, k.cluster, elem_size, column_sums, n, whole);
+    fused.register_sums =
+        SliceSumsInRegisters(k.threads, k.packs, k.cluster, elem_size, column_sums, whole);
     // (the bulk prefetch needs sm_90, as the clusters do)
     fused.prefetch_next_row = clusters && !fused.pipelined &&
                               SlicePrefetchesNextRow(k.threads, k.packs, k.cluster, vec, elem_size,
@@ -949,6 +969,7 @@ inline std::string Describe(const FusedSumPlan& f) {
   if (f.prefetch_next_row) s += " prefetch=next_row";
   if (f.pipelined) s += " prefetch=next_row_loads";
   if (f.stage_next_row) s += " prefetch=next_row_staged";
+  if (f.register_sums) s += " sums=registers";
   if (f.row_classes > 1) s += " row_classes=" + std::to_string(f.row_classes);
   if (f.kernel.tier != RowTier::kCluster && f.kernel.cluster > 1) {
     s += " cluster=" + std::to_string(f.kernel.cluster);

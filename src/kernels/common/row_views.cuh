@@ -291,6 +291,49 @@ struct SharedColumnSums {
   }
 };
 
+// ColumnSums for the slice sums of aligned rows (SliceRowSumsKernel where plan.h's
+// SliceSumsInRegisters holds): SharedColumnSums' Zero and WriteAndZero, the sums in registers.
+// The same additions in the same order, so the same partials.
+template <typename Acc, int kK, int kVecs, int kVec, int kThreads>
+struct RegisterColumnSums : ColumnSums<Acc, kK, kVecs, kVec> {
+  using Piece = typename ThreadPieces<Acc, kVec>::Piece;
+  static constexpr int kPiece = ThreadPieces<Acc, kVec>::kPiece;
+  static constexpr int kPieces = ThreadPieces<Acc, kVec>::kPieces;
+
+  ROWNORM_DEVICE void Zero(int) {
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) this->v[j][k][e] = Acc(0);
+      }
+    }
+  }
+
+  template <bool kAligned>
+  ROWNORM_DEVICE void WriteAndZero(int rank, int64_t begin, int64_t end, int64_t chunk,
+                                   int64_t chunks, int64_t n, Acc* partial) {
+    static_assert(kAligned, "whole rows: 16-byte stores");
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t c = begin + rank + int64_t{k} * kThreads;
+      if (c >= end) continue;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+#pragma unroll
+        for (int h = 0; h < kPieces; ++h) {
+          Piece q;
+#pragma unroll
+          for (int e = 0; e < kPiece; ++e) q.v[e] = this->v[j][k][h * kPiece + e];
+          *reinterpret_cast<Piece*>(partial + (j * chunks + chunk) * n + c * kVec + h * kPiece) = q;
+        }
+      }
+    }
+    Zero(rank);
+  }
+};
+
 // The per-column parameters of a fused kernel's rows (an op's ColumnParams(), a ParamList),
 // read from global memory once per CTA (Fill) into shared memory in the accumulator type with
 // their offset applied, so that a row's ReduceWith and StoreWith read a pack's parameters with

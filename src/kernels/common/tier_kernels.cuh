@@ -955,16 +955,18 @@ __global__ void __launch_bounds__(kThreads) ClusterParamRowKernel(const Args arg
 // (chunks = ceil(rows / chunk_rows): the partials, and so the results, do not depend on the
 // grid). Each thread copies its columns' parameters once (ParamSlices) and adds its columns'
 // sums in shared memory (SharedColumnSums: 64 columns a thread at 16-bit, too many to hold in
-// registers next to the row), which it writes as the chunk's partial after the chunk's last
-// row. (Loading the team's next row into registers while the current one is reduced took
-// 0.92-1.01x the time at 16-bit and needs a CTA per SM: benchmarks/results/h100/NOTES.md §29;
-// with `prefetch_next_row` a team brings it into L2 instead: plan.h's SlicePrefetchesNextRow.)
-// Where it runs, x and dy are read once per step; elsewhere these rows save per-row
-// statistics and kernels/param_grad.h reads them again. kAligned: aligned rows (head == tail
+// registers next to the row but where kRegisterSums: plan.h's SliceSumsInRegisters), which it
+// writes as the chunk's partial after the chunk's last row. (Loading the team's next row into
+// registers while the current one is reduced took 0.92-1.01x the time at 16-bit and needs a CTA per
+// SM: benchmarks/results/h100/NOTES.md §29; with `prefetch_next_row` a team brings it into L2
+// instead: plan.h's SlicePrefetchesNextRow.) Where it runs, x and dy are read once per step;
+// elsewhere these rows save per-row statistics and kernels/param_grad.h reads them again. kAligned:
+// aligned rows (head == tail
 // == 0, checked on the host); else rows in phase in classes of one geometry (plan.h's
 // PhasedSumPlan), each chunk's threads keeping their columns, the parameters refilled where
 // a team's next chunk is of another class. Dynamic shared memory: SliceSums::kBytes.
-template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster>
+template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster,
+          bool kRegisterSums = false>
 struct SliceSums {
   using Acc = AccType<typename Args::InElem>;
   using Team =
@@ -972,7 +974,19 @@ struct SliceSums {
   using Slices = ParamSlicesOf<Op, Args, kVec, kVecs, kThreads>;
   using Sums = SharedColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>;
   static_assert(sizeof(Slices) % 16 == 0, "the sums follow the parameters, 16-byte aligned");
-  static constexpr size_t kBytes = sizeof(Slices) + sizeof(Sums);
+  static constexpr size_t kBytes = sizeof(Slices) + (kRegisterSums ? 0 : sizeof(Sums));
+  // What the rows add into: the sums in shared memory after the parameters, or (kRegisterSums)
+  // in the thread's registers.
+  using RowSums =
+      std::conditional_t<kRegisterSums,
+                         RegisterColumnSums<Acc, Op::kColumnSums, kVecs, kVec, kThreads>, Sums&>;
+  ROWNORM_DEVICE static RowSums SumsOf(unsigned char* shared) {
+    if constexpr (kRegisterSums) {
+      return RowSums{};
+    } else {
+      return *reinterpret_cast<Sums*>(shared + sizeof(Slices));
+    }
+  }
   // kStageNext: the team's next row staged after the sums (RowSlices, bulk copies), and the
   // cluster's reduce slots of 16 bytes (the backwards' values, at most two floats), whose
   // static shared memory (1-1.5 KB at 32 bytes) held layer_norm's 4-pack staged CTAs of 256 to
@@ -1079,11 +1093,13 @@ ROWNORM_DEVICE void StagedSliceRows(Team& team, const Args& args, const Op& op,
 }
 
 template <class Op, class Args, int kVec, int kVecs, int kThreads, int kCluster, bool kAligned,
-          bool kPipelined, bool kStageNext>
+          bool kPipelined, bool kStageNext, bool kRegisterSums = false>
 __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
                                              AccType<typename Args::InElem>* partial,
                                              int chunk_rows, bool prefetch_next_row) {
-  using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster>;
+  using S = SliceSums<Op, Args, kVec, kVecs, kThreads, kCluster, kRegisterSums>;
+  static_assert(!kRegisterSums || (kAligned && !kPipelined && !kStageNext),
+                "sums in registers: whole rows, one at a time");
   using Team = std::conditional_t<kStageNext, typename S::StagedTeam, typename S::Team>;
   using Row = CachedRow<Args, kVec, kVecs, Team, kAligned, typename S::Slices>;
   __shared__ std::conditional_t<
@@ -1092,8 +1108,7 @@ __device__ __forceinline__ void SliceRowSums(const Args& args, const Op& op,
       storage;
   Team team{storage};
   auto& slices = *reinterpret_cast<typename S::Slices*>(DynamicSharedMemory());
-  auto& sums =
-      *reinterpret_cast<typename S::Sums*>(DynamicSharedMemory() + sizeof(typename S::Slices));
+  typename S::RowSums sums = S::SumsOf(DynamicSharedMemory());
   if constexpr (!kAligned) {
     sums.Zero(threadIdx.x);
     PhasedSliceChunks<Row, kVecs>(team, args, op, slices, sums, partial, chunk_rows,
@@ -1171,6 +1186,17 @@ __global__ void __launch_bounds__(kThreads)
   SliceRowSums<Op, Args, kVec, kVecs, kThreads, kCluster, kAligned, kPipelined, kStageNext>(
       args, op, partial, chunk_rows, prefetch_next_row);
 #endif
+}
+
+// SliceRowSumsKernel of whole rows of a CTA whose threads hold the sums in registers (plan.h's
+// SliceSumsInRegisters: 128 registers a thread, one CTA of 512 per SM as the shared sums').
+template <class Op, class Args, int kVec, int kVecs, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1)
+    SliceRowSumsRegisterKernel(const Args args, const Op op,
+                               AccType<typename Args::InElem>* partial, int chunk_rows,
+                               bool prefetch_next_row) {
+  SliceRowSums<Op, Args, kVec, kVecs, kThreads, 1, true, false, false, true>(
+      args, op, partial, chunk_rows, prefetch_next_row);
 }
 
 // The cluster tier's register rows held to the registers of kCtasPerSm CTAs per SM, for ops
