@@ -27,9 +27,13 @@ namespace rownorm {
 
 #if defined(__CUDACC__)
 
+// A column's kTy partials in shared memory: thread (tx, ty)'s value at [ty][tx] of an array of
+// its type V, so that a warp's accesses are sizeof(V) apart, free of bank conflicts. (Slots of
+// 32 bytes put a warp's 4-byte accesses eight banks apart: ncu on the channel seed's kernel,
+// H200, 7.4-way conflicts on its shared loads; benchmarks/results/h200/NOTES.md §47.)
 template <int kTx, int kTy>
 struct StridedReduceStorage {
-  alignas(16) unsigned char bytes[2][kTy][kTx][kReduceSlotBytes];
+  alignas(16) unsigned char bytes[2][kTy * kTx * kReduceSlotBytes];
 };
 // The warp layout's (below): its columns reduce by shuffles, in no shared memory.
 struct NoStridedStorage {};
@@ -41,12 +45,12 @@ template <int kTx, int kTy, typename Op, typename V>
 ROWNORM_DEVICE V StridedAllReduce(V acc, Op op, StridedReduceStorage<kTx, kTy>& storage,
                                   int& parity) {
   static_assert(sizeof(V) <= kReduceSlotBytes, "reduction value must fit a slot");
-  auto& slots = storage.bytes[parity];
-  *reinterpret_cast<V*>(slots[threadIdx.y][threadIdx.x]) = acc;
+  auto* slots = reinterpret_cast<V(*)[kTx]>(storage.bytes[parity]);  // [kTy][kTx]
+  slots[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
-  acc = *reinterpret_cast<const V*>(slots[0][threadIdx.x]);
+  acc = slots[0][threadIdx.x];
 #pragma unroll
-  for (int y = 1; y < kTy; ++y) acc = op(acc, *reinterpret_cast<const V*>(slots[y][threadIdx.x]));
+  for (int y = 1; y < kTy; ++y) acc = op(acc, slots[y][threadIdx.x]);
   parity ^= 1;
   return acc;
 }
@@ -197,7 +201,8 @@ class StridedRow
 // (column i + J), and StridedPackKernel runs the op body once per lane, J a constant so that
 // the lane's element of every pack is a register. The outputs are gathered in packs and written
 // once all lanes have run (Flush): an op body stores each of its outputs once per row.
-template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0>
+template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0,
+          bool kKeepParams = false>
 struct StridedTile {
   static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpRows <= kWarpSize &&
                                    (kWarpRows & (kWarpRows - 1)) == 0),
@@ -282,11 +287,18 @@ struct StridedTile {
     }
   }
 
+  // With kKeepParams (the prefetching kernel: the forwards), the parameters at this thread's
+  // d-rows, read once per tile for all its lanes (StridedLane::StoreWith). Not in
+  // StridedPackKernel, whose registers it raised (fp32 rms_norm's one-lane warp layout 84 -> 108:
+  // three CTAs per SM -> two) where no measurement covers it (the H100's fp32 forwards run it).
+  static constexpr bool kKeepsParams = kKeepParams && kIn == 1;
+  static constexpr int kMaxParams = 2;
   Storage& storage;
   int& parity;
   StridedOperands<Args> at;  // of lane 0
   Pack<TIn, kLanes> cache[kIn][kCache];
   Pack<TOut, kLanes> gathered[kOut][kCache];
+  Acc params[kKeepsParams ? kMaxParams : 1][kCache];
 };
 
 template <class Tile, int J>
@@ -294,6 +306,9 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
  public:
   using Acc = typename Tile::Acc;
   static constexpr bool kCached = true;
+
+  // StoreWith reads the parameters once per tile, not once per lane, where the tile keeps them.
+  static constexpr bool kPackedParams = Tile::kKeepsParams;
 
   ROWNORM_DEVICE explicit StridedLane(Tile& t) : t_(t) {}
 
@@ -311,6 +326,39 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
     } else {
       return StridedAllReduce(acc, op, t_.storage, t_.parity);
     }
+  }
+  // Output 0 = f(x, r, p) (the forwards): a tile's lanes share its d-rows, so lane 0, the first
+  // that RunLanes runs, reads the parameters at them into the tile and every lane uses that
+  // copy. Read per element and lane, they took 1.21x the time in LayerNorm's forward over the
+  // channels and 1.02x in fp32 RMSNorm's with a weight (H200, 112x64x512x512;
+  // benchmarks/results/h200/NOTES.md §47). Where no parameter is present each element takes
+  // the absent value, as before: the tile's copy took 1.07x the time there (bf16 RMSNorm).
+  template <typename F, class PS>
+  ROWNORM_DEVICE void StoreWith(F f, const PS& ps) {
+    static_assert(PS::kCount <= Tile::kMaxParams, "a tile keeps at most kMaxParams parameters");
+    bool present = false;
+#pragma unroll
+    for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
+    if (!present) {
+      this->template StoreTo<0>(WithParams<Acc>(f, ps));
+      return;
+    }
+    if constexpr (J == 0) {
+#pragma unroll
+      for (int c = 0; c < Tile::kCacheRows; ++c) {
+        const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
+#pragma unroll
+        for (int j = 0; j < PS::kCount; ++j) {
+          if (r < t_.at.d) t_.params[j][c] = ps.template At<Acc>(j, r);
+        }
+      }
+    }
+    ForEach([&](const Acc* x, int64_t r, int c) {
+      Acc p[PS::kCount > 0 ? PS::kCount : 1];
+#pragma unroll
+      for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
+      t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p)));
+    });
   }
   template <int K, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {

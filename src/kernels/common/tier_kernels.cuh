@@ -1319,7 +1319,7 @@ __global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, c
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
           int kStages>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true>;
   __shared__ typename Tile::Storage storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   int parity = 0;
