@@ -289,8 +289,9 @@ struct StridedTile {
 
   // With kKeepParams (the prefetching kernel: the forwards), the parameters at this thread's
   // d-rows, read once per tile for all its lanes (StridedLane::StoreWith). Not in
-  // StridedPackKernel, whose registers it raised (fp32 rms_norm's one-lane warp layout 84 -> 108:
-  // three CTAs per SM -> two) where no measurement covers it (the H100's fp32 forwards run it).
+  // StridedPackKernel, whose registers it raised (fp32 rms_norm's one-lane warp layout 84 -> 108,
+  // bf16 layer_norm's CTA layout 122 -> 128 and an 8-byte spill) where no measurement covers it
+  // (the H100's fp32 forwards run it).
   static constexpr bool kKeepsParams = kKeepParams && kIn == 1;
   static constexpr int kMaxParams = 2;
   Storage& storage;
