@@ -299,7 +299,7 @@ struct StridedTile {
   StridedOperands<Args> at;  // of lane 0
   Pack<TIn, kLanes> cache[kIn][kCache];
   Pack<TOut, kLanes> gathered[kOut][kCache];
-  Acc params[kCache][kKeepsParams ? kMaxParams : 1];
+  Acc params[kKeepsParams ? kMaxParams : 1][kCache];
 };
 
 template <class Tile, int J>
@@ -344,12 +344,21 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
       this->template StoreTo<0>(WithParams<Acc>(f, ps));
       return;
     }
-    ForEach([&](const Acc* x, int64_t r, int c) {
-      if constexpr (J == 0) {
+    if constexpr (J == 0) {
 #pragma unroll
-        for (int j = 0; j < PS::kCount; ++j) t_.params[c][j] = ps.template At<Acc>(j, r);
+      for (int c = 0; c < Tile::kCacheRows; ++c) {
+        const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
+#pragma unroll
+        for (int j = 0; j < PS::kCount; ++j) {
+          if (r < t_.at.d) t_.params[j][c] = ps.template At<Acc>(j, r);
+        }
       }
-      t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, t_.params[c])));
+    }
+    ForEach([&](const Acc* x, int64_t r, int c) {
+      Acc p[PS::kCount > 0 ? PS::kCount : 1];
+#pragma unroll
+      for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
+      t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p)));
     });
   }
   template <int K, typename F>
