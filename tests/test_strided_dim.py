@@ -22,12 +22,17 @@ from utils import (
     DTYPES,
     HAS_CUDA,
     OPS,
+    ROW_INPUTS,
+    assert_matches,
     check_backward,
     check_forward,
+    check_grads,
     dtype_id,
     families,
     param_grad_dtype,
     poison_blocks,
+    randn,
+    random_grads,
     raw_case,
 )
 
@@ -115,3 +120,71 @@ def test_strided_warp_layout(op_id, dtype):
             poison_blocks([(x.shape, x.dtype)] * 2, "cuda")
             for o in op.call(inp, 1):
                 assert not torch.isnan(o).any(), f"{op} {what}: unwritten output elements"
+
+
+STRIDED_PARAM_OPS = [op_id for op_id, op in OPS.items() if op.params and not op.last_dim_only]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("op_id", STRIDED_PARAM_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=dtype_id)
+def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
+    """The packed strided kernel's backward sums the parameter gradients' column terms per tile
+    (plan.h, StridedSumPlan: one partial a tile, added by the finalize's fixed tree): the warp
+    layout (1, 2 and 4 lanes a column: d = 3, 16, 32) and the CTA layout (d = 33, 64), inner of
+    one partial tile, of whole tiles and a partial one, several outer indices. The gradients
+    match the float64 reference and are bit-identical run to run; dx is the two-pass path's
+    bits (ROWNORM_PARAM_GRADS=two-pass) and so are the gradients to rounding; a batch's
+    gradients are the sum of its halves' (to rounding); each parameter's gradient asked alone
+    is its bits asked with the others. Columns of 65 (the streamed kernel) and inner not a
+    multiple of the pack (the cached kernel) stay two-pass."""
+    import rownorm
+
+    op = OPS[op_id]
+    vec = 16 // dtype.itemsize
+    want = frozenset(op.params)
+    cases = [(3, 3, 2 * 256 * vec + 3 * vec), (2, 16, 32 * vec), (3, 32, 64 * vec + vec)]
+    cases += [(4, 33, 2 * 32 * vec + 5 * vec), (3, 64, 32 * vec)]
+    for outer, d, inner in cases:
+        x = randn((outer, d, inner), dtype, "cuda")
+        what = f"{(outer, d, inner)}"
+        plan = rownorm.explain(x, op.name, 1, backward=True, param_grads=True)
+        assert (plan.kernel, plan.param_grads) == ("packed", "fused"), plan.raw
+        tile = 32 * 8 // (plan.warp_rows or 8) * vec  # columns a tile
+        assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)
+        inp = op.inputs(x, 1)
+        case = raw_case(op, x)
+        outs = case.raw(inp, 1)
+        dys = random_grads(outs)
+        first = case.raw_backward(dys, inp, 1, outs, want)
+        check_grads(case, inp, 1, dys, first, what=what)
+        again = case.raw_backward(dys, inp, 1, outs, want)
+        for name in ("x", *op.params):
+            assert torch.equal(first[name], again[name]), f"{what}: d{name} differs between runs"
+        if len(op.params) > 1:
+            for name in op.params:
+                alone = case.raw_backward(dys, inp, 1, outs, frozenset({name}))
+                assert torch.equal(alone[name], first[name]), f"{what}: d{name} asked alone"
+        mags = case.grad_magnitudes(dys, inp, 1)
+        monkeypatch.setenv("ROWNORM_PARAM_GRADS", "two-pass")
+        plan = rownorm.explain(x, op.name, 1, backward=True, param_grads=True)
+        assert plan.param_grads == "two-pass", plan.raw
+        two = case.raw_backward(dys, inp, 1, outs, want)
+        monkeypatch.delenv("ROWNORM_PARAM_GRADS")
+        assert torch.equal(two["x"], first["x"]), f"{what}: dx differs from the two-pass path"
+        for name in op.params:
+            assert_matches(first[name], two[name], magnitude=mags[name], what=f"{what} two-pass")
+        h = outer // 2
+        parts = []
+        for sl in (slice(0, h), slice(h, None)):
+            sub = {k: (v[sl] if k in ROW_INPUTS else v) for k, v in inp.items()}
+            sub_outs = tuple(o[sl] for o in outs)
+            parts.append(case.raw_backward(tuple(g[sl] for g in dys), sub, 1, sub_outs, want))
+        for name in op.params:
+            total = (parts[0][name].double() + parts[1][name].double()).to(first[name].dtype)
+            assert_matches(first[name], total, magnitude=mags[name], what=f"{what} halves")
+    for shape in ((2, 65, 32 * vec), (2, 16, 32 * vec + 1)):
+        x = torch.empty(shape, dtype=dtype, device="cuda")
+        plan = rownorm.explain(x, op.name, 1, backward=True, param_grads=True)
+        assert plan.kernel != "packed" and plan.param_grads == "two-pass", (shape, plan.raw)

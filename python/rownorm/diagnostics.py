@@ -91,7 +91,8 @@ class Plan:
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
-        chunks: fused: partials per column sum.
+        chunks: fused: partials per column sum (on the strided path, the packed kernel's
+            tiles: one partial each; the cached and streamed kernels are two-pass).
         chunk_rows: fused: rows per chunk (the rows one partial sums, in order; on the
             group tier a CTA's rows, which its groups take in turn).
         prefetch: fused sums: ``"next_row"`` where each team brings its next row into L2
@@ -188,7 +189,8 @@ def _describe(p: Plan) -> str:
         text += "; parameters read once per CTA"
     if p.param_grads == "fused":
         rows = f" of {p.chunk_rows} rows" if p.chunk_rows else ""
-        text += f"; parameter gradients fused ({p.chunks} chunk partials{rows} per column sum)"
+        what = "tile partials" if p.path == "strided" else "chunk partials"
+        text += f"; parameter gradients fused ({p.chunks} {what}{rows} per column sum)"
         if p.prefetch == "next_row":
             text += "; the next row prefetched into L2"
         elif p.prefetch == "next_row_loads":

@@ -1,5 +1,6 @@
 // rownorm::plan_info and rownorm::plan_row_tier: the plan a call gets, described by the planning
-// code the launchers run (kernels/common/plan.h through PlanRows / PlanRowsWithSums of the op's
+// code the launchers run (kernels/common/plan.h through PlanRows / PlanRowsWithSums /
+// PlanStrided / PlanStridedWithSums of the op's
 // own instantiation), so a description cannot drift from what launches.
 //
 // A description is `key=value` words: path (cpu, rows, strided, empty), rows, n, and for the
@@ -53,6 +54,13 @@ std::string DescribeOp(const Tensor& x, int64_t dim, bool param_grads) {
   if (!p.row_tiers) {
     ROWNORM_CHECK(kStrided, kName, ": internal error: the op reduces the last dim only");
     const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
+    if constexpr (kStrided && kSums && !std::is_same_v<T, double>) {
+      if (param_grads) {
+        std::optional<StridedSumPlan> fused;
+        CheckPlan(kName, PlanStridedWithSums<Op>(a, &fused));
+        if (fused.has_value()) return Describe(*fused) + size;
+      }
+    }
     StridedPlan plan;
     CheckPlan(kName, PlanStrided<Op>(a, &plan));
     return Describe(plan) + size + two_pass;

@@ -371,35 +371,54 @@ void WithParamGradOut(const Tensor& dw, const Tensor& db, bool want_w, bool want
   }
 }
 
-// The fused path of parameter gradients (CUDA, row tiers): runs `op` (float accumulation, no
-// saved statistics) with column sums, writing its row outputs `outs` (dx); returns {dweight, dbias}
-// in `grad_dtype` (the parameters' W or float32; (d,), or (0,) when not requested), or nothing
-// where the path does not apply (then nothing ran).
-template <typename W, class Op, int kIn, int kOut>
+// The fused path of parameter gradients (CUDA: the row tiers, and with kStrided the strided-dim
+// path's packed kernel): runs `op` (float accumulation, no saved statistics) with column sums,
+// writing its row outputs `outs` (dx); returns {dweight, dbias} in `grad_dtype` (the parameters'
+// W or float32; (d,), or (0,) when not requested), or nothing where the path does not apply
+// (then nothing ran).
+template <typename W, bool kStrided, class Op, int kIn, int kOut>
 std::optional<std::array<Tensor, 2>> FusedParamGrads(const char* name, const Problem<kIn>& p,
                                                      const Tensor (&outs)[kOut], const Op& op,
                                                      bool want_w, bool want_b,
                                                      ScalarType grad_dtype) {
-  if (!p.cuda || !p.row_tiers) return std::nullopt;
+  if (!p.cuda) return std::nullopt;
   const Tensor& dx = outs[0];
-  const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
-  std::optional<FusedSumPlan> plan;
-  CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
-  if (!plan.has_value()) return std::nullopt;
-  LogPlan(name, a.rows, a.n, [&] { return Describe(*plan); });
-  // The chunk partials, then the finalize's scratch.
-  const int64_t sums = OpTraits<Op>::kColumnSums * plan->chunks * p.d;
-  Tensor partial = torch::stable::new_empty(
-      dx, {sums + ParamGradFinalizeScratch(plan->chunks, p.d)}, ScalarType::Float);
-  Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, grad_dtype);
-  Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, grad_dtype);
-  const cudaStream_t stream = CurrentCudaStream(dx);
-  CheckLaunch(name, LaunchRowsWithSums(a, op, *plan, MutPtr<float>(partial), stream));
-  WithParamGradOut<W, float>(dw, db, want_w, want_b, [&](auto out) {
-    CheckLaunch(name, ParamGradFinalize(ConstPtr<float>(partial), plan->chunks, p.d, out,
-                                        MutPtr<float>(partial) + sums, stream));
-  });
-  return std::array<Tensor, 2>{dw, db};
+  // `launch(partial)` writes kColumnSums x chunks x d partials; the finalize adds them.
+  auto run = [&](int64_t chunks, auto launch) {
+    const int64_t sums = OpTraits<Op>::kColumnSums * chunks * p.d;
+    Tensor partial = torch::stable::new_empty(dx, {sums + ParamGradFinalizeScratch(chunks, p.d)},
+                                              ScalarType::Float);
+    Tensor dw = torch::stable::new_empty(dx, {want_w ? p.d : 0}, grad_dtype);
+    Tensor db = torch::stable::new_empty(dx, {want_b ? p.d : 0}, grad_dtype);
+    const cudaStream_t stream = CurrentCudaStream(dx);
+    CheckLaunch(name, launch(MutPtr<float>(partial), stream));
+    WithParamGradOut<W, float>(dw, db, want_w, want_b, [&](auto out) {
+      CheckLaunch(name, ParamGradFinalize(ConstPtr<float>(partial), chunks, p.d, out,
+                                          MutPtr<float>(partial) + sums, stream));
+    });
+    return std::array<Tensor, 2>{dw, db};
+  };
+  if (p.row_tiers) {
+    const auto a = RowArgsOf<RowArgsFor<Op>>(p, outs);
+    std::optional<FusedSumPlan> plan;
+    CheckPlan(name, PlanRowsWithSums<Op>(a, &plan));
+    if (!plan.has_value()) return std::nullopt;
+    LogPlan(name, a.rows, a.n, [&] { return Describe(*plan); });
+    return run(plan->chunks, [&](float* partial, cudaStream_t stream) {
+      return LaunchRowsWithSums(a, op, *plan, partial, stream);
+    });
+  }
+  if constexpr (kStrided) {
+    const auto a = StridedArgsOf<StridedArgsFor<Op>>(p, outs);
+    std::optional<StridedSumPlan> plan;
+    CheckPlan(name, PlanStridedWithSums<Op>(a, &plan));
+    if (!plan.has_value()) return std::nullopt;
+    LogPlan(name, p.outer * p.inner, p.d, [&] { return Describe(*plan); });
+    return run(plan->chunks, [&](float* partial, cudaStream_t stream) {
+      return LaunchStridedWithSums(a, op, *plan, partial, stream);
+    });
+  }
+  return std::nullopt;
 }
 
 // Parameter gradients dweight / dbias (each requested one of shape (d,)) from x = p.in[0],
@@ -486,7 +505,7 @@ std::array<Tensor, 2> RowNormGradsAs(const char* name, const Problem<kIn>& p,
     if ((want_w || want_b) && !empty) {
       const auto op = make(T{}, W{}, float{}, static_cast<float*>(nullptr));
       const std::optional<std::array<Tensor, 2>> grads =
-          FusedParamGrads<W>(name, p, outs, op, want_w, want_b, grad_dtype);
+          FusedParamGrads<W, kStrided>(name, p, outs, op, want_w, want_b, grad_dtype);
       if (grads.has_value()) return *grads;
     }
   }

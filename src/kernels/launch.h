@@ -4,7 +4,8 @@
 // The bindings see the declarations only; a .cu file of src/kernels that includes this header
 // under nvcc also gets their definitions (through kernels/common/dispatch.cuh) and instantiates
 // them for the op types it defines with ROWNORM_INSTANTIATE_LAUNCH (or _ROWS / _STRIDED / _SUMS
-// for one of them). A declared launcher left uninstantiated fails the link (-Wl,--no-undefined).
+// / _STRIDED_SUMS for one of them). A declared launcher left uninstantiated fails the link
+// (-Wl,--no-undefined).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,6 +45,14 @@ cudaError_t PlanRowsWithSums(const RowArgsFor<Op>& args, std::optional<FusedSumP
 template <class Op>
 cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const FusedSumPlan& plan,
                                AccType<typename Op::Elem>* partial, cudaStream_t stream);
+// The same on the strided-dim path (plan.h's StridedSumPlan: one partial per tile).
+template <class Op>
+cudaError_t PlanStridedWithSums(const StridedArgsFor<Op>& args,
+                                std::optional<StridedSumPlan>* plan);
+template <class Op>
+cudaError_t LaunchStridedWithSums(const StridedArgsFor<Op>& args, const Op& op,
+                                  const StridedSumPlan& plan, AccType<typename Op::Elem>* partial,
+                                  cudaStream_t stream);
 
 }  // namespace rownorm
 
@@ -78,6 +87,17 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
                                AccType<typename Op::Elem>* partial, cudaStream_t stream) {
   return LaunchRowSumOp(args, op, plan, partial, stream);
 }
+template <class Op>
+cudaError_t PlanStridedWithSums(const StridedArgsFor<Op>& args,
+                                std::optional<StridedSumPlan>* plan) {
+  return PlanStridedSumsOnDevice(args, plan);
+}
+template <class Op>
+cudaError_t LaunchStridedWithSums(const StridedArgsFor<Op>& args, const Op& op,
+                                  const StridedSumPlan& plan, AccType<typename Op::Elem>* partial,
+                                  cudaStream_t stream) {
+  return LaunchStridedSumOp(args, op, plan, partial, stream);
+}
 }  // namespace rownorm
 
 #define ROWNORM_INSTANTIATE_SUMS(...)                                                           \
@@ -86,6 +106,12 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
   template cudaError_t LaunchRowsWithSums<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&,          \
                                                        const __VA_ARGS__&, const FusedSumPlan&, \
                                                        AccType<__VA_ARGS__::Elem>*, cudaStream_t);
+#define ROWNORM_INSTANTIATE_STRIDED_SUMS(...)                                               \
+  template cudaError_t PlanStridedWithSums<__VA_ARGS__>(const StridedArgsFor<__VA_ARGS__>&, \
+                                                        std::optional<StridedSumPlan>*);    \
+  template cudaError_t LaunchStridedWithSums<__VA_ARGS__>(                                  \
+      const StridedArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, const StridedSumPlan&,        \
+      AccType<__VA_ARGS__::Elem>*, cudaStream_t);
 #define ROWNORM_INSTANTIATE_ROWS(...)                                                              \
   template cudaError_t PlanRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, int, RowPlan*);       \
   template cudaError_t LaunchRows<__VA_ARGS__>(const RowArgsFor<__VA_ARGS__>&, const __VA_ARGS__&, \

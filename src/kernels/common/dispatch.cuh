@@ -1292,8 +1292,48 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
     }
   }
   StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows>
-      <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op);
+      <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op, nullptr);
   return cudaGetLastError();
+}
+
+// The plan of `a` with fused parameter gradients on the current device (PlanStridedSums).
+template <class Args>
+cudaError_t PlanStridedSumsOnDevice(const Args& a, std::optional<StridedSumPlan>* plan) {
+  int device = 0;
+  DeviceInfo dev;
+  const cudaError_t err = GetDeviceInfo(&device, &dev);
+  if (err == cudaSuccess) *plan = PlanStridedSums(a, dev.dram_gbps_per_sm);
+  return err;
+}
+
+// Runs `op` (an op with column sums) over dim d of `a` as `plan` says and writes its column
+// sums as plan.chunks tile partials to `partial` (OpTraits<Op>::kColumnSums x chunks x d).
+template <class Op, class Args>
+cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan& plan,
+                               AccType<typename Args::InElem>* partial, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // no packed float64 kernel
+    if (plan.kernel.kernel != StridedKind::kPacked || plan.kernel.stages != 0 ||
+        plan.kernel.lanes != Args::kPackWidth) {
+      return cudaErrorInvalidConfiguration;  // a plan PlanStridedSums never makes
+    }
+    return WithStridedWarpRows(plan.kernel.warp_rows, [&](auto rows) {
+      constexpr int kWarpRows = decltype(rows)::value;
+      constexpr int kLanes = Args::kPackWidth;
+      constexpr int64_t kTileCols = StridedTileColumns(kLanes, kWarpRows);
+      static_assert(kTileCols == int64_t{StridedTile<Args, kStridedTx, kStridedTy, kStridedCache,
+                                                     kLanes, kWarpRows>::kTilePacks} *
+                                     kLanes,
+                    "plan.h's tiles are the kernel's");
+      if (plan.chunks != a.outer * ((a.inner + kTileCols - 1) / kTileCols)) {
+        return cudaErrorInvalidConfiguration;
+      }
+      StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows,
+                        OpTraits<Op>::kColumnSums>
+          <<<GridFor(plan.chunks), dim3(kStridedTx, kStridedTy), 0, stream>>>(a, op, partial);
+      return cudaGetLastError();
+    });
+  }
+  return cudaErrorInvalidConfiguration;  // PlanStridedSums plans no float64
 }
 
 // Runs `op` over dim d of contiguous (outer, d, inner) operands as `plan` says.

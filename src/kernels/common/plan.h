@@ -936,6 +936,38 @@ StridedPlan PlanStridedOp(const Args& a, float dram_gbps_per_sm) {
   return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, StridedWarpRows(a.d)};
 }
 
+// The strided path's fused parameter gradients: the packed kernel of the backward (`kernel`,
+// PlanStridedOp's) adds each tile's column sums over its columns (the op body's AddColumns,
+// Σ_i of a d-row's terms) and writes them as one partial per tile, `chunks` of them (the
+// tiles, in order) per sum, which ParamGradFinalize adds (param_grad.h). A tile is a fixed set
+// of columns of one outer index, so the sums are deterministic and do not depend on the grid or
+// the batch. Only the packed kernel fuses (d of at most 64, inner a multiple of the pack): its
+// threads hold a tile's d-rows in registers. The cached and streamed kernels (d past 64, odd
+// inner, float64) keep the two-pass path.
+struct StridedSumPlan {
+  StridedPlan kernel;
+  int64_t chunks = 0;  // the packed kernel's tiles: partials per column sum
+};
+
+// Columns per tile of the packed kernel of `lanes` columns a pack in layout `warp_rows`
+// (StridedTile: 32 packs a CTA in the CTA layout, 256 / warp_rows in the warp layout).
+constexpr int64_t StridedTileColumns(int lanes, int warp_rows) {
+  const int column_threads = warp_rows == 0 ? kStridedTy : warp_rows;
+  return int64_t{kStridedTx} * kStridedTy / column_threads * lanes;
+}
+
+// The fused plan of `a` (an op with column sums) on a device of `dram_gbps_per_sm`, or nothing
+// where the packed kernel does not run it or ROWNORM_PARAM_GRADS=two-pass.
+template <class Args>
+std::optional<StridedSumPlan> PlanStridedSums(const Args& a, float dram_gbps_per_sm) {
+  const StridedPlan k = PlanStridedOp(a, dram_gbps_per_sm);
+  if (k.kernel != StridedKind::kPacked || k.stages != 0 || ParamGradsTwoPass()) {
+    return std::nullopt;
+  }
+  const int64_t cols = StridedTileColumns(k.lanes, k.warp_rows);
+  return StridedSumPlan{k, a.outer * ((a.inner + cols - 1) / cols)};
+}
+
 // ---------------------------------------------------------------------------------------
 // Descriptions, as `key=value` words (the plan log and rownorm.explain parse and print them).
 
@@ -986,6 +1018,10 @@ inline std::string Describe(const StridedPlan& p) {
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   if (p.warp_rows > 0) s += " warp_rows=" + std::to_string(p.warp_rows);
   return s;
+}
+
+inline std::string Describe(const StridedSumPlan& p) {
+  return Describe(p.kernel) + " param_grads=fused chunks=" + std::to_string(p.chunks);
 }
 
 }  // namespace rownorm

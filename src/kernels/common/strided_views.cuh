@@ -55,6 +55,40 @@ ROWNORM_DEVICE V StridedAllReduce(V acc, Op op, StridedReduceStorage<kTx, kTy>& 
   return acc;
 }
 
+// Σ over the lanes l ^ m (m = kOffset, kOffset / 2, ..., kStop) of a warp of each of kN
+// values, reduce-scattered: while more than one value is left, a step keeps half of them (the
+// upper half in the lane whose kOffset bit is set) and adds its partner's copy of that half; the
+// last value is then summed whole over the remaining offsets. Returns the lane's one value: with
+// kN = 8 from kOffset = 16, value (lane / 4) % 8. The same adds in the same order every time.
+template <int kN, int kOffset, int kStop, typename Acc>
+ROWNORM_DEVICE Acc WarpScatterSum(const Acc (&v)[kN]) {
+  if constexpr (kN == 1) {
+    Acc s = v[0];
+#pragma unroll
+    for (int m = kOffset; m >= kStop && m > 0; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+    return s;
+  } else {
+    static_assert(kOffset >= kStop && kOffset > 0, "too few lanes to leave one value a lane");
+    constexpr int kHalf = kN / 2;
+    const bool upper = (threadIdx.x & kOffset) != 0;
+    Acc h[kHalf];
+#pragma unroll
+    for (int e = 0; e < kHalf; ++e) {
+      const Acc keep = upper ? v[kHalf + e] : v[e];
+      const Acc give = upper ? v[e] : v[kHalf + e];
+      h[e] = keep + __shfl_xor_sync(0xffffffffu, give, kOffset);
+    }
+    return WarpScatterSum<kHalf, kOffset / 2, kStop>(h);
+  }
+}
+
+// What the op body of a fused strided backward is handed as its column sums (op_traits.h's
+// kColumnSums): their count only; the tile holds them (StridedLane::AddColumns).
+template <int K>
+struct StridedColumnSums {
+  static constexpr int kCount = K;
+};
+
 // Row (o, i) of a StridedArgs problem, shared by both views: its operands' first elements and
 // its number among the outer * inner rows. Columns past `inner` (the last tile's idle threads)
 // are invalid and point at column 0 so that no address leaves the tensors.
@@ -201,8 +235,12 @@ class StridedRow
 // (column i + J), and StridedPackKernel runs the op body once per lane, J a constant so that
 // the lane's element of every pack is a register. The outputs are gathered in packs and written
 // once all lanes have run (Flush): an op body stores each of its outputs once per row.
+//
+// With kSums > 0 (the backward with fused parameter gradients, StridedPackKernel) a tile also
+// sums the op body's column terms (StridedLane::AddColumns) per d-row over its columns, and
+// WriteSums writes them as the tile's partials (plan.h's StridedSumPlan).
 template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0,
-          bool kKeepParams = false>
+          bool kKeepParams = false, int kSums = 0>
 struct StridedTile {
   static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpRows <= kWarpSize &&
                                    (kWarpRows & (kWarpRows - 1)) == 0),
@@ -244,6 +282,13 @@ struct StridedTile {
   ROWNORM_DEVICE StridedTile(Storage& s, int& par, const Args& a, int64_t o, int64_t i)
       : storage(s), parity(par), at(a, o, i) {
     ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
+    if constexpr (kSums > 0) {
+#pragma unroll
+      for (int j = 0; j < kSums; ++j) {
+#pragma unroll
+        for (int c = 0; c < kCache; ++c) sums[j][c] = Acc(0);
+      }
+    }
   }
 
   // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
@@ -270,6 +315,57 @@ struct StridedTile {
 #pragma unroll
         for (int j = 0; j < kOut; ++j) gathered[j][c].Store(at.out[j] + r * at.inner);
       }
+    }
+  }
+
+  // The tile's column sums: sum j of each d-row over the tile's columns, written as partial
+  // [j][chunk][d-row] (a StridedSumPlan's layout, `chunks` tiles per sum). A thread holds its
+  // d-rows' sums over its own lanes; the warp's lanes of the same d-rows add theirs by a
+  // reduce-scatter (WarpScatterSum: kCache values in 3 halving steps and the rest whole, 9
+  // shuffles a sum where an all-reduce of each value takes 40), after which lane l holds d-row
+  // slot (l / 4) % 8. In the CTA layout a warp is one thread row, whose d-rows no other warp has,
+  // so its lanes write; in the warp layout the kTy warps share d-rows and add theirs in warp order
+  // through `exchange`. Every thread of the CTA calls it (shuffles of the whole warp, a barrier).
+  struct SumExchange {
+    Acc v[kWarpLayout ? kTy : 1][kSums > 0 ? kSums : 1][kWarpLayout ? kWarpSize : 1];
+  };
+  ROWNORM_DEVICE void WriteSums(Acc* partial, int64_t chunk, int64_t chunks,
+                                SumExchange& exchange) const {
+    static_assert(kSums > 0, "the tile keeps no column sums");
+    static_assert(kCache == 8 && kTx == kWarpSize && (!kWarpLayout || kColumnThreads <= 4),
+                  "the scatter below leaves one d-row slot a lane: 8 slots over 32 / 4 lanes");
+    const unsigned lane = threadIdx.x % kWarpSize;
+    const int slot = static_cast<int>(lane / 4) % kCache;
+    const int64_t row = Dy() + int64_t{slot} * kColumnThreads;
+    // Lanes whose bits below 4 past the column threads' are zero hold distinct d-rows.
+    const bool writer = (lane % 4) / (kWarpLayout ? kColumnThreads : 1) == 0;
+    Acc total[kSums];
+#pragma unroll
+    for (int j = 0; j < kSums; ++j) {
+      total[j] = WarpScatterSum<kCache, kWarpSize / 2, kWarpLayout ? kColumnThreads : 1>(sums[j]);
+    }
+    if constexpr (!kWarpLayout) {
+      if (writer && row < at.d) {
+#pragma unroll
+        for (int j = 0; j < kSums; ++j) partial[(j * chunks + chunk) * at.d + row] = total[j];
+      }
+    } else {
+      if (writer) {
+#pragma unroll
+        for (int j = 0; j < kSums; ++j) exchange.v[threadIdx.y][j][row] = total[j];
+      }
+      __syncthreads();
+      const int t = threadIdx.y * kTx + threadIdx.x;
+      constexpr int kRows = kCache * kColumnThreads;  // the d-rows a tile may hold
+      if (t < kSums * kRows && t % kRows < at.d) {
+        const int j = t / kRows;
+        const int r = t % kRows;
+        Acc s = exchange.v[0][j][r];
+#pragma unroll
+        for (int w = 1; w < kTy; ++w) s += exchange.v[w][j][r];
+        partial[(j * chunks + chunk) * at.d + r] = s;
+      }
+      __syncthreads();  // the exchange is free for the next tile
     }
   }
 
@@ -300,6 +396,8 @@ struct StridedTile {
   Pack<TIn, kLanes> cache[kIn][kCache];
   Pack<TOut, kLanes> gathered[kOut][kCache];
   Acc params[kKeepsParams ? kMaxParams : 1][kCache];
+  static constexpr int kColumnSums = kSums;
+  Acc sums[kSums > 0 ? kSums : 1][kCache];  // with kSums: per d-row, over the thread's lanes
 };
 
 template <class Tile, int J>
@@ -360,6 +458,22 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
       for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
       t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p)));
     });
+  }
+  // The tile's column sums += f(x, r) at each of this lane's elements (the fused parameter
+  // gradients; `sums` only names their count), and StoreWith and those in one pass.
+  template <typename F, class Sums>
+  ROWNORM_DEVICE void AddColumns(F f, Sums*) {
+    static_assert(Sums::kCount == Tile::kColumnSums, "the tile keeps the op's column sums");
+    ForEach([&](const Acc* x, int64_t r, int c) {
+      const Array<Acc, Sums::kCount> v = f(x, r);
+#pragma unroll
+      for (int j = 0; j < Sums::kCount; ++j) t_.sums[j][c] += v[j];
+    });
+  }
+  template <typename F, class PS, typename C, class Sums>
+  ROWNORM_DEVICE void StoreWithColumns(F f, const PS& ps, C c, Sums* sums) {
+    rownorm::StoreWith(*this, f, ps);
+    AddColumns(c, sums);
   }
   template <int K, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {

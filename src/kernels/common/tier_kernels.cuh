@@ -1294,19 +1294,34 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
       ...);
 }
 
-template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows>
-__global__ void __launch_bounds__(kTx* kTy) StridedPackKernel(const Args args, const Op op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows>;
+// kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
+// adds its kSums column terms to the tile's sums, which the tile writes to `partial` as tile
+// t's partials (nullptr and unused with kSums = 0).
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
+          int kSums = 0>
+__global__ void __launch_bounds__(kTx* kTy)
+    StridedPackKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, false, kSums>;
   __shared__ typename Tile::Storage storage;
   int parity = 0;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
-  for (int64_t t = blockIdx.x; t < args.outer * tiles; t += gridDim.x) {
+  const int64_t chunks = args.outer * tiles;
+  for (int64_t t = blockIdx.x; t < chunks; t += gridDim.x) {
     const int64_t o = t / tiles;
     const int64_t i = (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
     Tile tile(storage, parity, args, o, i);
-    RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
-    tile.Flush();
+    if constexpr (kSums == 0) {
+      RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
+      tile.Flush();
+    } else {
+      __shared__ typename Tile::SumExchange exchange;
+      StridedColumnSums<kSums> sums;
+      RunLanes([&](auto& lane) { op(lane, &sums); }, tile,
+               std::make_integer_sequence<int, kLanes>{});
+      tile.Flush();
+      tile.WriteSums(partial, t, chunks, exchange);
+    }
   }
 }
 
