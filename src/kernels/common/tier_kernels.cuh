@@ -1296,10 +1296,11 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
 
 // kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
 // adds its kSums column terms to the tile's sums, which the tile writes to `partial` as tile
-// t's partials (nullptr and unused with kSums = 0).
+// t's partials (nullptr and unused with kSums = 0). Held to the registers of two CTAs per SM:
+// unbounded, the sums took the kernels from 128 registers (two CTAs) to 150-172 (one).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
           int kSums = 0>
-__global__ void __launch_bounds__(kTx* kTy)
+__global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
     StridedPackKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, false, kSums>;
   __shared__ typename Tile::Storage storage;
