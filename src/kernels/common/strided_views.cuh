@@ -460,7 +460,8 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
     });
   }
   // The tile's column sums += f(x, r) at each of this lane's elements (the fused parameter
-  // gradients; `sums` only names their count), and StoreWith and those in one pass.
+  // gradients; `sums` only names their count); StoreWithColumns: StoreWith, then those (the
+  // elements are in registers: the second pass reads no memory).
   template <typename F, class Sums>
   ROWNORM_DEVICE void AddColumns(F f, Sums*) {
     static_assert(Sums::kCount == Tile::kColumnSums, "the tile keeps the op's column sums");

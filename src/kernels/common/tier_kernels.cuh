@@ -1297,7 +1297,9 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
 // kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
 // adds its kSums column terms to the tile's sums, which the tile writes to `partial` as tile
 // t's partials (nullptr and unused with kSums = 0). Held to the registers of two CTAs per SM:
-// unbounded, the sums took the kernels from 128 registers (two CTAs) to 150-172 (one).
+// unbounded, the sums took the kernels from 128 registers (two CTAs) to 150-172 (one); held,
+// they spill (up to 372 bytes in rms_norm, 1 KB in 16-bit layer_norm) and still took 0.78-0.96x
+// the time in the channel-dim training step (H200; benchmarks/results/h200/NOTES.md §48).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
           int kSums = 0>
 __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
