@@ -1,7 +1,7 @@
 // rownorm::plan_info and rownorm::plan_row_tier: the plan a call gets, described by the planning
 // code the launchers run (kernels/common/plan.h through PlanRows / PlanRowsWithSums /
-// PlanStrided / PlanStridedWithSums of the op's
-// own instantiation), so a description cannot drift from what launches.
+// PlanStrided / PlanStridedWithSums of the op's own instantiation), so a description cannot
+// drift from what launches.
 //
 // A description is `key=value` words: path (cpu, rows, strided, empty), rows, n, and for the
 // row tiers tier, vec (elements per load), lanes_per_row (group tier), threads (per CTA),
