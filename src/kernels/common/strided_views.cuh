@@ -11,8 +11,8 @@
 //                           checked on the host); the op body runs once per lane. The CTA
 //                           layout splits d among a CTA's kTy thread rows, the warp layout
 //                           among 1, 2 or 4 lanes of a warp (see StridedTile).
-// The kTy partials of a column are combined through shared memory (StridedAllReduce), in the
-// warp layout by shuffles.
+// The kTy partials of a column are combined through shared memory (StridedAllReduce; a tile's
+// lanes all at once, StridedLaneStorage), in the warp layout by shuffles.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,37 @@ struct StridedReduceStorage {
   alignas(16) unsigned char bytes[2][kTy * kTx * kReduceSlotBytes];
 };
 // The warp layout's (below): its columns reduce by shuffles, in no shared memory.
-struct NoStridedStorage {};
+struct NoStridedStorage {
+  static constexpr int kCalls = 0;
+};
+
+// The CTA layout's all-reduces of a tile's kLanes lanes, made in rounds (RunLanes): lane l's
+// partial at slots[l][ty][tx] (a warp's accesses a value apart: no bank conflicts), then the
+// column's kTy partials of every lane combined at once into results[call][l][tx]. Values of up
+// to two Acc (the op bodies' reductions) in op bodies of up to kCalls all-reduces. No double
+// buffer: a round writes its partials after the barrier that ended the last combine's reads of
+// them, and results[call] is written once a tile, after a barrier that follows the last tile's
+// reads of it.
+template <int kTx, int kTy, int kLanes, typename Acc>
+struct StridedLaneStorage {
+  static constexpr int kSlotBytes = 2 * sizeof(Acc);
+  static constexpr int kCalls = 2;
+  template <typename V>
+  using LaneSlots = V[kTy][kTx];
+  template <typename V>
+  using CallResults = V[kLanes][kTx];
+  template <typename V>
+  ROWNORM_DEVICE LaneSlots<V>* Slots() {  // [kLanes][kTy][kTx]
+    static_assert(sizeof(V) <= kSlotBytes, "reduction value must fit a slot");
+    return reinterpret_cast<LaneSlots<V>*>(slots);
+  }
+  template <typename V>
+  ROWNORM_DEVICE CallResults<V>* Results() {  // [kCalls][kLanes][kTx]
+    return reinterpret_cast<CallResults<V>*>(results);
+  }
+  alignas(16) unsigned char slots[kLanes * kTy * kTx * kSlotBytes];
+  alignas(16) unsigned char results[kCalls * kLanes * kTx * kSlotBytes];
+};
 
 // All-reduce of thread (tx, ty)'s value over ty, returned to the kTy threads of column tx.
 // `parity` selects the double-buffered storage (one __syncthreads per call, as BlockAllReduce);
@@ -225,7 +255,8 @@ class StridedRow
 // The packed strided path: a thread owns kLanes adjacent columns i..i+kLanes-1 and at most
 // kCache of their d-rows, read and written as packs, in one of two layouts:
 // - the CTA layout (kWarpRows = 0): thread (tx, ty) owns pack tx of the tile and d-rows ty,
-//   ty + kTy, ...; a column's kTy partials meet in shared memory (a barrier per reduction);
+//   ty + kTy, ...; a column's kTy partials meet in shared memory, every lane's of a reduction
+//   at once (RunLanes' rounds: two barriers a reduction, not one a lane);
 // - the warp layout (kWarpRows = 1, 2 or 4 lanes per column, plan.h's StridedWarpRows): a
 //   warp holds 32 / kWarpRows packs, lane l owning pack l / kWarpRows and d-rows
 //   l % kWarpRows, + kWarpRows, ...; a column's partials meet by shuffles (none with one
@@ -267,9 +298,12 @@ struct StridedTile {
   using Acc = AccType<TIn>;
   static constexpr int kCacheRows = kCache;
   static constexpr bool kWarpLayout = kWarpRows > 0;
-  // The shared memory of a column's all-reduce, one per kernel (with the parity that
-  // double-buffers it): the CTA layout's; none in the warp layout.
-  using Storage = std::conditional_t<kWarpLayout, NoStridedStorage, StridedReduceStorage<kTx, kTy>>;
+  static constexpr int kLaneCount = kLanes;
+  static constexpr int kThreadRows = kTy;
+  // The shared memory of the lanes' all-reduces, one per kernel: the CTA layout's; none in the
+  // warp layout.
+  using Storage =
+      std::conditional_t<kWarpLayout, NoStridedStorage, StridedLaneStorage<kTx, kTy, kLanes, Acc>>;
   static constexpr int kIn = Args::kNumIn;
   static constexpr int kOut = Args::kNumOut;
 
@@ -279,8 +313,8 @@ struct StridedTile {
     Pack<TIn, kLanes> packs[kIn][kCache][kTx * kTy];
   };
 
-  ROWNORM_DEVICE StridedTile(Storage& s, int& par, const Args& a, int64_t o, int64_t i)
-      : storage(s), parity(par), at(a, o, i) {
+  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i)
+      : storage(s), at(a, o, i) {
     ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
     if constexpr (kSums > 0) {
 #pragma unroll
@@ -292,9 +326,8 @@ struct StridedTile {
   }
 
   // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
-  ROWNORM_DEVICE StridedTile(Storage& s, int& par, const Args& a, int64_t o, int64_t i,
-                             const Stage& stage)
-      : storage(s), parity(par), at(a, o, i) {
+  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Stage& stage)
+      : storage(s), at(a, o, i) {
     const int t = threadIdx.y * kTx + threadIdx.x;
     ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
   }
@@ -391,7 +424,6 @@ struct StridedTile {
   static constexpr bool kKeepsParams = kKeepParams && kIn == 1;
   static constexpr int kMaxParams = 2;
   Storage& storage;
-  int& parity;
   StridedOperands<Args> at;  // of lane 0
   Pack<TIn, kLanes> cache[kIn][kCache];
   Pack<TOut, kLanes> gathered[kOut][kCache];
@@ -400,8 +432,18 @@ struct StridedTile {
   Acc sums[kSums > 0 ? kSums : 1][kCache];  // with kSums: per d-row, over the thread's lanes
 };
 
-template <class Tile, int J>
-class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
+// Lane J of a tile in round kRound of RunLanes. In the CTA layout a tile's lanes make their
+// all-reduces together, in rounds: in round k every lane runs the op body and leaves its partial
+// of all-reduce k in shared memory (the op body's outputs past that point are not stored:
+// Collected()); after a barrier, round k + 1's first lane combines all lanes' partials of
+// all-reduce k at once, and every lane runs the op body again with all-reduces 0..k done. The
+// last round, in which no all-reduce is left, stores. The compiler keeps of each round only
+// what it stores: a round's work past its partial, and an earlier round's partials, are dead.
+// Made one lane at a time, the all-reduces cost a barrier and kTy loads a lane: the 16-bit
+// tiles (eight lanes) were issue-bound (benchmarks/results/h200/NOTES.md §47-§49). The warp
+// layout's all-reduces are shuffles: one round.
+template <class Tile, int J, int kRound = 0>
+class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::Acc> {
  public:
   using Acc = typename Tile::Acc;
   static constexpr bool kCached = true;
@@ -414,7 +456,9 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   ROWNORM_DEVICE int64_t Size() const { return t_.at.d; }
   ROWNORM_DEVICE int64_t Index() const { return t_.at.index + J; }
   ROWNORM_DEVICE bool Valid() const { return t_.at.valid; }
-  ROWNORM_DEVICE bool Leader() const { return t_.at.valid && Tile::Dy() == 0; }
+  ROWNORM_DEVICE bool Leader() const { return !collected_ && t_.at.valid && Tile::Dy() == 0; }
+  // Whether this round left a partial of an all-reduce for the next (and so stores nothing).
+  ROWNORM_DEVICE bool Collected() const { return collected_; }
   ROWNORM_DEVICE Acc First() const { return ToAcc(t_.at.in[0][J]); }
 
   // Primitives of RowOps.
@@ -423,7 +467,30 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
     if constexpr (Tile::kWarpLayout) {  // the column's lanes: shuffles, no barrier
       return WarpAllReduce<Tile::kColumnThreads>(acc, op);
     } else {
-      return StridedAllReduce(acc, op, t_.storage, t_.parity);
+      constexpr int kTy = Tile::kThreadRows;
+      const int call = calls_++;
+      if (call < kRound) {  // done: all-reduce `call`'s partials were left by round `call`
+        auto* results = t_.storage.template Results<V>();
+        if (J == 0 && call == kRound - 1) {  // thread row l combines lane l's, in ty order
+          static_assert(Tile::kLaneCount <= kTy, "a thread row combines one lane");
+          auto* slots = t_.storage.template Slots<V>();
+          const unsigned l = threadIdx.y;
+          if (l < Tile::kLaneCount) {
+            V v = slots[l][0][threadIdx.x];
+#pragma unroll
+            for (int y = 1; y < kTy; ++y) v = op(v, slots[l][y][threadIdx.x]);
+            results[call][l][threadIdx.x] = v;
+          }
+          __syncthreads();
+        }
+        return results[call][J][threadIdx.x];
+      }
+      static_assert(kRound <= Tile::Storage::kCalls, "more rounds than all-reduces kept");
+      if (call == kRound) {
+        t_.storage.template Slots<V>()[J][threadIdx.y][threadIdx.x] = acc;
+        collected_ = true;
+      }
+      return acc;  // a partial: nothing past this is stored in this round
     }
   }
   // Output 0 = f(x, r, p) (the forwards): a tile's lanes share its d-rows, so lane 0, the first
@@ -435,6 +502,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   template <typename F, class PS>
   ROWNORM_DEVICE void StoreWith(F f, const PS& ps) {
     static_assert(PS::kCount <= Tile::kMaxParams, "a tile keeps at most kMaxParams parameters");
+    if (collected_) return;
     bool present = false;
 #pragma unroll
     for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
@@ -465,6 +533,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   template <typename F, class Sums>
   ROWNORM_DEVICE void AddColumns(F f, Sums*) {
     static_assert(Sums::kCount == Tile::kColumnSums, "the tile keeps the op's column sums");
+    if (collected_) return;
     ForEach([&](const Acc* x, int64_t r, int c) {
       const Array<Acc, Sums::kCount> v = f(x, r);
 #pragma unroll
@@ -479,6 +548,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   template <int K, typename F>
   ROWNORM_DEVICE void StoreTo(F f) {
     static_assert(K >= 0 && K < Tile::kOut, "the op has no such output");
+    if (collected_) return;
     ForEach([&](const Acc* x, int64_t r, int c) {
       t_.gathered[K][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r)));
     });
@@ -505,6 +575,8 @@ class StridedLane : public RowOps<StridedLane<Tile, J>, typename Tile::Acc> {
   }
 
   Tile& t_;
+  int calls_ = 0;           // all-reduces made so far in this round
+  bool collected_ = false;  // one of them left its partial for the next round
 };
 
 #endif  // __CUDACC__

@@ -1284,14 +1284,28 @@ __global__ void __launch_bounds__(kTx* kTy) StridedKernel(const Args args, const
   }
 }
 
-template <class Op, class Tile, int... J>
-ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int, J...>) {
+// Runs the op body on each of the tile's lanes, in rounds where the lanes' all-reduces go
+// through shared memory (StridedLane): a round that left partials is followed by a barrier and
+// the next, until one stores. The rounds' count is the op body's all-reduces plus one, known
+// to the compiler once it has inlined the body (Collected() a constant in each round).
+template <int kRound = 0, class Op, class Tile, int... J>
+ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int, J...> lanes) {
+  bool collected = false;
   (
       [&] {
-        StridedLane<Tile, J> lane(tile);
+        StridedLane<Tile, J, kRound> lane(tile);
         op(lane);
+        collected = lane.Collected();
       }(),
       ...);
+  if constexpr (kRound < Tile::Storage::kCalls) {
+    if (collected) {
+      __syncthreads();  // every lane's partials are written
+      RunLanes<kRound + 1>(op, tile, lanes);
+    }
+  } else {
+    if (collected) __trap();  // an op body of more all-reduces than the storage keeps
+  }
 }
 
 // kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
@@ -1306,14 +1320,13 @@ __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
     StridedPackKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, false, kSums>;
   __shared__ typename Tile::Storage storage;
-  int parity = 0;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const int64_t chunks = args.outer * tiles;
   for (int64_t t = blockIdx.x; t < chunks; t += gridDim.x) {
     const int64_t o = t / tiles;
     const int64_t i = (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
-    Tile tile(storage, parity, args, o, i);
+    Tile tile(storage, args, o, i);
     if constexpr (kSums == 0) {
       RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
       tile.Flush();
@@ -1340,7 +1353,6 @@ __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args 
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true>;
   __shared__ typename Tile::Storage storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
-  int parity = 0;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const auto column = [&](int64_t t) {
@@ -1350,7 +1362,7 @@ __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args 
       blockIdx.x, gridDim.x, args.outer * tiles,
       [&](int64_t t, int s) { Tile::Prefetch(args, t / tiles, column(t), stages[s]); },
       [&](int64_t t, int s, auto refill) {
-        Tile tile(storage, parity, args, t / tiles, column(t), stages[s]);
+        Tile tile(storage, args, t / tiles, column(t), stages[s]);
         RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
         refill();  // the lanes' reductions used every staged pack (each thread its own)
         tile.Flush();
