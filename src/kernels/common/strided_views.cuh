@@ -49,8 +49,35 @@ struct NoStridedStorage {
 // reads of it.
 template <int kTx, int kTy, int kLanes, typename Acc>
 struct StridedLaneStorage {
+  static_assert(kLanes <= kTy, "a thread row combines one lane");
   static constexpr int kSlotBytes = 2 * sizeof(Acc);
   static constexpr int kCalls = 2;
+
+  // Thread (tx, ty)'s partial of `lane`.
+  template <typename V>
+  ROWNORM_DEVICE void Leave(int lane, V v) {
+    Slots<V>()[lane][threadIdx.y][threadIdx.x] = v;
+  }
+  // Every thread of the CTA, after a barrier that follows the partials' writes: thread row l
+  // combines lane l's kTy partials of column tx, in ty order, into all-reduce `call`'s results.
+  template <typename V, typename Op>
+  ROWNORM_DEVICE void Combine(int call, Op op) {
+    auto* slots = Slots<V>();
+    const unsigned l = threadIdx.y;
+    if (l < kLanes) {
+      V v = slots[l][0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < kTy; ++y) v = op(v, slots[l][y][threadIdx.x]);
+      Results<V>()[call][l][threadIdx.x] = v;
+    }
+    __syncthreads();
+  }
+  template <typename V>
+  ROWNORM_DEVICE V Result(int call, int lane) {
+    return Results<V>()[call][lane][threadIdx.x];
+  }
+
+ private:
   template <typename V>
   using LaneSlots = V[kTy][kTx];
   template <typename V>
@@ -298,8 +325,6 @@ struct StridedTile {
   using Acc = AccType<TIn>;
   static constexpr int kCacheRows = kCache;
   static constexpr bool kWarpLayout = kWarpRows > 0;
-  static constexpr int kLaneCount = kLanes;
-  static constexpr int kThreadRows = kTy;
   // The shared memory of the lanes' all-reduces, one per kernel: the CTA layout's; none in the
   // warp layout.
   using Storage =
@@ -467,27 +492,14 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
     if constexpr (Tile::kWarpLayout) {  // the column's lanes: shuffles, no barrier
       return WarpAllReduce<Tile::kColumnThreads>(acc, op);
     } else {
-      constexpr int kTy = Tile::kThreadRows;
       const int call = calls_++;
       if (call < kRound) {  // done: all-reduce `call`'s partials were left by round `call`
-        auto* results = t_.storage.template Results<V>();
-        if (J == 0 && call == kRound - 1) {  // thread row l combines lane l's, in ty order
-          static_assert(Tile::kLaneCount <= kTy, "a thread row combines one lane");
-          auto* slots = t_.storage.template Slots<V>();
-          const unsigned l = threadIdx.y;
-          if (l < Tile::kLaneCount) {
-            V v = slots[l][0][threadIdx.x];
-#pragma unroll
-            for (int y = 1; y < kTy; ++y) v = op(v, slots[l][y][threadIdx.x]);
-            results[call][l][threadIdx.x] = v;
-          }
-          __syncthreads();
-        }
-        return results[call][J][threadIdx.x];
+        if (J == 0 && call == kRound - 1) t_.storage.template Combine<V>(call, op);
+        return t_.storage.template Result<V>(call, J);
       }
       static_assert(kRound <= Tile::Storage::kCalls, "more rounds than all-reduces kept");
       if (call == kRound) {
-        t_.storage.template Slots<V>()[J][threadIdx.y][threadIdx.x] = acc;
+        t_.storage.Leave(J, acc);
         collected_ = true;
       }
       return acc;  // a partial: nothing past this is stored in this round
