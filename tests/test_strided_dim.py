@@ -113,6 +113,9 @@ def test_strided_warp_layout(op_id, dtype):
             plan = rownorm.explain(x, op.name, dim=1)
             rows = 1 if d <= 8 else 2 if d <= 16 else 4 if d <= 32 else None
             assert (plan.kernel, plan.warp_rows) == ("packed", rows), (d, inner, plan.raw)
+            # 8 d-rows in every thread (the kernels without bounds) at d = 8, 16, 32
+            full = "full" if d in (8, 16, 32) else None
+            assert plan.columns == full, (d, inner, plan.raw)
             inp = op.inputs(x, 1)
             what = f"d={d} inner={inner}"
             check_forward(op, inp, 1, what=what)
@@ -133,7 +136,8 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
     """The packed strided kernel's backward sums the parameter gradients' column terms per tile
     (plan.h, StridedSumPlan: one partial a tile, added by the finalize's fixed tree): the warp
     layout (1, 2 and 4 lanes a column: d = 3, 16, 32) and the CTA layout (d = 33, 64), inner of
-    one partial tile, of whole tiles and a partial one, several outer indices. The gradients
+    one partial tile, of whole tiles and a partial one, several outer indices; d = 16, 32, 64
+    fill every thread's 8 d-rows (the kernels without bounds). The gradients
     match the float64 reference and are bit-identical run to run; dx is the two-pass path's
     bits (ROWNORM_PARAM_GRADS=two-pass) and so are the gradients to rounding; a batch's
     gradients are the sum of its halves' (to rounding); each parameter's gradient asked alone
@@ -145,12 +149,13 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
     vec = 16 // dtype.itemsize
     want = frozenset(op.params)
     cases = [(3, 3, 2 * 256 * vec + 3 * vec), (2, 16, 32 * vec), (3, 32, 64 * vec + vec)]
-    cases += [(4, 33, 2 * 32 * vec + 5 * vec), (3, 64, 32 * vec)]
+    cases += [(4, 33, 2 * 32 * vec + 5 * vec), (3, 64, 32 * vec), (2, 64, 2 * 32 * vec + 7 * vec)]
     for outer, d, inner in cases:
         x = randn((outer, d, inner), dtype, "cuda")
         what = f"{(outer, d, inner)}"
         plan = rownorm.explain(x, op.name, 1, backward=True, param_grads=True)
         assert (plan.kernel, plan.param_grads) == ("packed", "fused"), plan.raw
+        assert plan.columns == ("full" if d in (16, 32, 64) else None), plan.raw
         tile = 32 * 8 // (plan.warp_rows or 8) * vec  # columns a tile
         assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)
         inp = op.inputs(x, 1)

@@ -88,6 +88,9 @@ class Plan:
         warp_rows: strided path, packed kernel: the lanes of a warp that share a column's
             d-rows (1, 2 or 4: columns of at most 8, 16, 32 elements), which reduce by
             shuffles; None where a CTA's 8 thread rows share them (longer columns).
+        columns: strided path, packed kernel: ``"full"`` where every thread's 8 d-rows are in
+            the column (64 elements, or 8, 16 and 32 with ``warp_rows`` 1, 2 and 4), whose
+            kernels test no d-row against the column's length; None elsewhere.
         param_grads: backward with parameter gradients: ``"fused"`` (one pass writing
             per-chunk partials of the column sums) or ``"two-pass"`` (per-row statistics, then
             a second read of x and dy).
@@ -137,6 +140,7 @@ class Plan:
     l2: str | None = None
     kernel: str | None = None
     warp_rows: int | None = None
+    columns: str | None = None
     params: str | None = None
     param_grads: str | None = None
     chunks: int | None = None
@@ -168,6 +172,8 @@ def _describe(p: Plan) -> str:
         )
         if p.warp_rows:
             text += f", {p.warp_rows} lane{'s' if p.warp_rows > 1 else ''} of a warp per column"
+        if p.columns == "full":
+            text += ", 8 d-rows in every thread (no bounds)"
     elif p.tier == "group":
         text = f"group tier, {p.lanes_per_row} lanes per row ({p.threads}-thread CTAs), {packs}"
     elif p.tier == "cta":

@@ -1268,6 +1268,16 @@ cudaError_t WithStridedWarpRows(int warp_rows, F f) {
   return cudaErrorInvalidConfiguration;  // a plan PlanStridedOp never makes
 }
 
+// f(std::bool_constant<full>) for plan.full_columns (StridedTile's kFull), checked against
+// the problem's d.
+template <class Args, class F>
+cudaError_t WithFullColumns(const Args& a, const StridedPlan& plan, F f) {
+  if (plan.full_columns != StridedFullColumns(a.d, plan.warp_rows)) {
+    return cudaErrorInvalidConfiguration;  // a plan PlanStridedOp never makes
+  }
+  return plan.full_columns ? f(std::true_type{}) : f(std::false_type{});
+}
+
 // The packed strided kernels of layout kWarpRows: tiles prefetched where the plan has stages
 // and a CTA fits, else loaded straight into registers, a CTA per tile.
 template <class Op, class Args, int kWarpRows>
@@ -1281,19 +1291,23 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
   const int64_t pack_tiles = a.outer * ((a.inner + kTileCols - 1) / kTileCols);
   constexpr int kStages = StridedStages<Args>();
   if (plan.stages != 0 && plan.stages != kStages) return cudaErrorInvalidConfiguration;
-  if constexpr (kStages > 0) {
-    if (plan.stages == kStages) {  // later tiles in flight
-      bool launched = false;
-      const cudaError_t err = LaunchPersistent<
-          StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows, kStages>,
-          kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy), stream, &launched, a,
-                                                  op);
-      if (err != cudaSuccess || launched) return err;
+  return WithFullColumns(a, plan, [&](auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    if constexpr (kStages > 0) {
+      if (plan.stages == kStages) {  // later tiles in flight
+        bool launched = false;
+        const cudaError_t err =
+            LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes,
+                                                   kWarpRows, kStages, kFull>,
+                             kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy),
+                                                                     stream, &launched, a, op);
+        if (err != cudaSuccess || launched) return err;
+      }
     }
-  }
-  StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows>
-      <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op, nullptr);
-  return cudaGetLastError();
+    StridedPackKernel<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows, 0, kFull>
+        <<<GridFor(pack_tiles), dim3(kTx, kTy), 0, stream>>>(a, op, nullptr);
+    return cudaGetLastError();
+  });
 }
 
 // The plan of `a` with fused parameter gradients on the current device (PlanStridedSums).
@@ -1327,10 +1341,12 @@ cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan
       if (plan.chunks != a.outer * ((a.inner + kTileCols - 1) / kTileCols)) {
         return cudaErrorInvalidConfiguration;
       }
-      StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows,
-                        OpTraits<Op>::kColumnSums>
-          <<<GridFor(plan.chunks), dim3(kStridedTx, kStridedTy), 0, stream>>>(a, op, partial);
-      return cudaGetLastError();
+      return WithFullColumns(a, plan.kernel, [&](auto full) {
+        StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows,
+                          OpTraits<Op>::kColumnSums, decltype(full)::value>
+            <<<GridFor(plan.chunks), dim3(kStridedTx, kStridedTy), 0, stream>>>(a, op, partial);
+        return cudaGetLastError();
+      });
     });
   }
   return cudaErrorInvalidConfiguration;  // PlanStridedSums plans no float64

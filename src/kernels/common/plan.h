@@ -902,6 +902,9 @@ struct StridedPlan {
   int lanes = 1;      // adjacent columns per thread (a pack with kPacked)
   int stages = 0;     // tiles in flight ahead of the current one (kPacked)
   int warp_rows = 0;  // kPacked: lanes of a warp per column (0: the CTA layout)
+  // kPacked: every thread's kStridedCache d-rows are in the column (StridedFullColumns): the
+  // kernels without a bound per d-row
+  bool full_columns = false;
 };
 
 // The warp layout's lanes per column for columns of `d` elements (0: the CTA layout).
@@ -910,6 +913,12 @@ constexpr int StridedWarpRows(int64_t d) {
     if (d <= int64_t{rows} * kStridedCache) return rows;
   }
   return 0;
+}
+
+// Whether packed columns of `d` elements in layout `warp_rows` fill every thread's
+// kStridedCache d-rows: d = 64 in the CTA layout, 8 / 16 / 32 in the warp layout's.
+constexpr bool StridedFullColumns(int64_t d, int warp_rows) {
+  return d == int64_t{kStridedCache} * (warp_rows == 0 ? kStridedTy : warp_rows);
 }
 
 // The plan of `a` on a device of `dram_gbps_per_sm` GB/s of DRAM bandwidth per SM (0: not
@@ -933,7 +942,9 @@ StridedPlan PlanStridedOp(const Args& a, float dram_gbps_per_sm) {
   if (!packs) return {StridedKind::kCached, 1};
   const bool staged =
       sizeof(typename Args::InElem) < 4 || dram_gbps_per_sm >= kStridedPrefetch4ByteGbpsPerSm;
-  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, StridedWarpRows(a.d)};
+  const int warp_rows = StridedWarpRows(a.d);
+  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, warp_rows,
+          StridedFullColumns(a.d, warp_rows)};
 }
 
 // The strided path's fused parameter gradients: the packed kernel of the backward (`kernel`,
@@ -1017,6 +1028,7 @@ inline std::string Describe(const StridedPlan& p) {
                   " threads=" + std::to_string(kStridedTx * kStridedTy);
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   if (p.warp_rows > 0) s += " warp_rows=" + std::to_string(p.warp_rows);
+  if (p.full_columns) s += " columns=full";
   return s;
 }
 

@@ -1308,6 +1308,7 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
   }
 }
 
+// kFull: columns of exactly the tile's d-rows (StridedTile's kFull), run without bounds.
 // kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
 // adds its kSums column terms to the tile's sums, which the tile writes to `partial` as tile
 // t's partials (nullptr and unused with kSums = 0). Held to the registers of two CTAs per SM:
@@ -1315,10 +1316,10 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
 // they spill (up to 372 bytes in rms_norm, 1 KB in 16-bit layer_norm) and still took 0.78-0.96x
 // the time in the channel-dim training step (H200; benchmarks/results/h200/NOTES.md §48).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
-          int kSums = 0>
+          int kSums = 0, bool kFull = false>
 __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
     StridedPackKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, false, kSums>;
+  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, false, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
@@ -1344,13 +1345,15 @@ __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
 // The packed strided path with later tiles in flight (ops of one input; plan.h's
 // PlanStridedOp): a persistent CTA runs tiles blockIdx.x, + gridDim.x, ... and keeps the
 // packs of its next kStages tiles in flight into shared memory (cp.async) while it reduces and
-// stores the current one. Loaded straight into registers, a CTA had nothing in flight from its
-// barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200 (channel
-// RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md §4).
+// stores the current one (kFull as in StridedPackKernel). Loaded straight into registers, a CTA
+// had nothing in flight from its barrier to its last store, and two CTAs per SM took 1.34x a
+// copy's time on the H200 (channel RMSNorm, fp32); prefetched, 1.08x (0.81x the time;
+// benchmarks/results/h200/NOTES.md §4).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
-          int kStages>
+          int kStages, bool kFull = false>
 __global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
-  using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true>;
+  using Tile =
+      StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true, 0, kFull>;
   __shared__ typename Tile::Storage storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
