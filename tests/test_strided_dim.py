@@ -137,7 +137,8 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
     (plan.h, StridedSumPlan: one partial a tile, added by the finalize's fixed tree): the warp
     layout (1, 2 and 4 lanes a column: d = 3, 16, 32) and the CTA layout (d = 33, 64), inner of
     one partial tile, of whole tiles and a partial one, several outer indices; d = 16, 32, 64
-    fill every thread's 8 d-rows (the kernels without bounds). The gradients
+    fill every thread's 8 d-rows (the kernels without bounds); 16-bit layer_norm threads own
+    half a pack of columns (plan.h's StridedSumLanes), the others a whole one. The gradients
     match the float64 reference and are bit-identical run to run; dx is the two-pass path's
     bits (ROWNORM_PARAM_GRADS=two-pass) and so are the gradients to rounding; a batch's
     gradients are the sum of its halves' (to rounding); each parameter's gradient asked alone
@@ -156,7 +157,10 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
         plan = rownorm.explain(x, op.name, 1, backward=True, param_grads=True)
         assert (plan.kernel, plan.param_grads) == ("packed", "fused"), plan.raw
         assert plan.columns == ("full" if d in (16, 32, 64) else None), plan.raw
-        tile = 32 * 8 // (plan.warp_rows or 8) * vec  # columns a tile
+        # 16-bit layer_norm threads take half a pack (4 columns), the others a whole pack
+        half = dtype.itemsize == 2 and op.name == "layer_norm"
+        assert plan.vec == (vec // 2 if half else vec), plan.raw
+        tile = 32 * 8 // (plan.warp_rows or 8) * plan.vec  # columns a tile
         assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)
         inp = op.inputs(x, 1)
         case = raw_case(op, x)

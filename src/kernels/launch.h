@@ -90,7 +90,7 @@ cudaError_t LaunchRowsWithSums(const RowArgsFor<Op>& args, const Op& op, const F
 template <class Op>
 cudaError_t PlanStridedWithSums(const StridedArgsFor<Op>& args,
                                 std::optional<StridedSumPlan>* plan) {
-  return PlanStridedSumsOnDevice(args, plan);
+  return PlanStridedSumsOnDevice<Op>(args, plan);
 }
 template <class Op>
 cudaError_t LaunchStridedWithSums(const StridedArgsFor<Op>& args, const Op& op,

@@ -1287,6 +1287,8 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
   constexpr int kTy = kStridedTy;
   constexpr int kLanes = Args::kPackWidth;
   using Tile = StridedTile<Args, kTx, kTy, kStridedCache, kLanes, kWarpRows>;
+  static_assert(StridedFullColumns(Tile::kFullD, kWarpRows),
+                "plan.h's full columns are the tile's");
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t pack_tiles = a.outer * ((a.inner + kTileCols - 1) / kTileCols);
   constexpr int kStages = StridedStages<Args>();
@@ -1311,12 +1313,13 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
 }
 
 // The plan of `a` with fused parameter gradients on the current device (PlanStridedSums).
-template <class Args>
+template <class Op, class Args>
 cudaError_t PlanStridedSumsOnDevice(const Args& a, std::optional<StridedSumPlan>* plan) {
   int device = 0;
   DeviceInfo dev;
   const cudaError_t err = GetDeviceInfo(&device, &dev);
-  if (err == cudaSuccess) *plan = PlanStridedSums(a, dev.dram_gbps_per_sm);
+  if (err == cudaSuccess)
+    *plan = PlanStridedSums(a, OpTraits<Op>::kColumnSums, dev.dram_gbps_per_sm);
   return err;
 }
 
@@ -1327,17 +1330,18 @@ cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // no packed float64 kernel
     if (plan.kernel.kernel != StridedKind::kPacked || plan.kernel.stages != 0 ||
-        plan.kernel.lanes != Args::kPackWidth) {
+        plan.kernel.lanes != StridedSumLanes<Args>(OpTraits<Op>::kColumnSums)) {
       return cudaErrorInvalidConfiguration;  // a plan PlanStridedSums never makes
     }
     return WithStridedWarpRows(plan.kernel.warp_rows, [&](auto rows) {
       constexpr int kWarpRows = decltype(rows)::value;
-      constexpr int kLanes = Args::kPackWidth;
+      constexpr int kLanes = StridedSumLanes<Args>(OpTraits<Op>::kColumnSums);
+      using Tile = StridedTile<Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows>;
       constexpr int64_t kTileCols = StridedTileColumns(kLanes, kWarpRows);
-      static_assert(kTileCols == int64_t{StridedTile<Args, kStridedTx, kStridedTy, kStridedCache,
-                                                     kLanes, kWarpRows>::kTilePacks} *
-                                     kLanes,
+      static_assert(kTileCols == int64_t{Tile::kTilePacks} * kLanes,
                     "plan.h's tiles are the kernel's");
+      static_assert(StridedFullColumns(Tile::kFullD, kWarpRows),
+                    "plan.h's full columns are the tile's");
       if (plan.chunks != a.outer * ((a.inner + kTileCols - 1) / kTileCols)) {
         return cudaErrorInvalidConfiguration;
       }

@@ -960,6 +960,20 @@ struct StridedSumPlan {
   int64_t chunks = 0;  // the packed kernel's tiles: partials per column sum
 };
 
+// Adjacent columns a thread of the fused backward (the packed kernel with column sums) of an
+// op with `sums` column sums: half a pack of 16-bit inputs with two sums (layer_norm: 4
+// columns, 8-byte packs), else a whole pack. A 16-bit layer_norm thread of 8 columns holds x
+// and dy in each of its 8 d-rows (64 registers) beside 16 sums, and spilled at the 128
+// registers of two CTAs per SM (CTA layout: 332-436 bytes; ncu: 16.8 M spill requests, L2
+// 90%); on 4 columns it takes 109-118 registers and spills nothing. H200, the channel-dim
+// training step, time on half a pack ÷ a whole one: bf16 layer_norm d = 64 0.896 (61 -> 68% of
+// copy), d = 3 0.983; bf16 rms_norm (one sum: no spills on 8 columns) 1.08-1.11, d = 48 1.015;
+// float32 on 2 columns 1.07-1.08 (benchmarks/results/h200/NOTES.md §51).
+template <class Args>
+constexpr int StridedSumLanes(int sums) {
+  return sizeof(typename Args::InElem) == 2 && sums > 1 ? Args::kPackWidth / 2 : Args::kPackWidth;
+}
+
 // Columns per tile of the packed kernel of `lanes` columns a pack in layout `warp_rows`
 // (StridedTile: 32 packs a CTA in the CTA layout, 256 / warp_rows in the warp layout).
 constexpr int64_t StridedTileColumns(int lanes, int warp_rows) {
@@ -967,14 +981,15 @@ constexpr int64_t StridedTileColumns(int lanes, int warp_rows) {
   return int64_t{kStridedTx} * kStridedTy / column_threads * lanes;
 }
 
-// The fused plan of `a` (an op with column sums) on a device of `dram_gbps_per_sm`, or nothing
-// where the packed kernel does not run it or ROWNORM_PARAM_GRADS=two-pass.
+// The fused plan of `a` (an op with `sums` column sums) on a device of `dram_gbps_per_sm`, or
+// nothing where the packed kernel does not run it or ROWNORM_PARAM_GRADS=two-pass.
 template <class Args>
-std::optional<StridedSumPlan> PlanStridedSums(const Args& a, float dram_gbps_per_sm) {
-  const StridedPlan k = PlanStridedOp(a, dram_gbps_per_sm);
+std::optional<StridedSumPlan> PlanStridedSums(const Args& a, int sums, float dram_gbps_per_sm) {
+  StridedPlan k = PlanStridedOp(a, dram_gbps_per_sm);
   if (k.kernel != StridedKind::kPacked || k.stages != 0 || ParamGradsTwoPass()) {
     return std::nullopt;
   }
+  k.lanes = StridedSumLanes<Args>(sums);
   const int64_t cols = StridedTileColumns(k.lanes, k.warp_rows);
   return StridedSumPlan{k, a.outer * ((a.inner + cols - 1) / cols)};
 }
