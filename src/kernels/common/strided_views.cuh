@@ -450,12 +450,13 @@ struct StridedTile {
     }
   }
 
-  // With kKeepParams (the prefetching kernel: the forwards), the parameters at this thread's
-  // d-rows, read once per tile for all its lanes (StridedLane::StoreWith). Not in
-  // StridedPackKernel, whose registers it raised (fp32 rms_norm's one-lane warp layout 84 -> 108,
-  // bf16 layer_norm's CTA layout 122 -> 128 and an 8-byte spill) where no measurement covers it
-  // (the H100's fp32 forwards run it).
-  static constexpr bool kKeepsParams = kKeepParams && kIn == 1;
+  // With kKeepParams (the prefetching kernel: the forwards; the sums kernel on half a pack),
+  // the parameters at this thread's d-rows, read once per tile for all its lanes
+  // (StridedLane::StoreWith, ReduceWith). Not in the other StridedPackKernels, whose registers
+  // it raised (fp32 rms_norm's one-lane warp layout 84 -> 108, bf16 layer_norm's CTA layout
+  // 122 -> 128 and an 8-byte spill) where no measurement covers it (the H100's fp32 forwards
+  // run it).
+  static constexpr bool kKeepsParams = kKeepParams;
   static constexpr int kMaxParams = 2;
   Storage& storage;
   StridedOperands<Args> at;  // of lane 0
@@ -484,6 +485,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
 
   // StoreWith reads the parameters once per tile, not once per lane, where the tile keeps them.
   static constexpr bool kPackedParams = Tile::kKeepsParams;
+  static constexpr bool kSharedParams = Tile::kKeepsParams && Tile::kColumnSums > 0;
 
   ROWNORM_DEVICE explicit StridedLane(Tile& t) : t_(t) {}
 
@@ -531,22 +533,33 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
       this->template StoreTo<0>(WithParams<Acc>(f, ps));
       return;
     }
-    if constexpr (J == 0) {
-#pragma unroll
-      for (int c = 0; c < Tile::kCacheRows; ++c) {
-        const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
-#pragma unroll
-        for (int j = 0; j < PS::kCount; ++j) {
-          if (Tile::HasRow(r, t_.at.d)) t_.params[j][c] = ps.template At<Acc>(j, r);
-        }
-      }
-    }
+    KeepParams(ps);
     ForEach([&](const Acc* x, int64_t r, int c) {
       Acc p[PS::kCount > 0 ? PS::kCount : 1];
 #pragma unroll
       for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
       t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p)));
     });
+  }
+  // f(x, r, p) reduced over the column (row_ops.h's ReduceWith), the parameters from the
+  // tile's copy as in StoreWith; the same terms in the same order as Reduce's.
+  template <typename Op, typename F, class PS>
+  ROWNORM_DEVICE auto ReduceWith(Op op, F f, const PS& ps) {
+    using V =
+        decltype(f(static_cast<const Acc*>(nullptr), int64_t{}, static_cast<const Acc*>(nullptr)));
+    bool present = false;
+#pragma unroll
+    for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
+    if (!present) return this->Reduce(op, WithParams<Acc>(f, ps));
+    KeepParams(ps);
+    V acc = Op::template Identity<V>();
+    ForEach([&](const Acc* x, int64_t r, int c) {
+      Acc p[PS::kCount > 0 ? PS::kCount : 1];
+#pragma unroll
+      for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
+      acc = op(acc, f(x, r, static_cast<const Acc*>(p)));
+    });
+    return AllReduce(acc, op);
   }
   // The tile's column sums += f(x, r) at each of this lane's elements (the fused parameter
   // gradients; `sums` only names their count); StoreWithColumns: StoreWith, then those (the
@@ -580,6 +593,22 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   }
 
  private:
+  // Lane 0, the first that RunLanes runs, reads the parameters at the thread's d-rows into
+  // the tile (every lane of the round uses that copy).
+  template <class PS>
+  ROWNORM_DEVICE void KeepParams(const PS& ps) {
+    static_assert(PS::kCount <= Tile::kMaxParams, "a tile keeps at most kMaxParams parameters");
+    if constexpr (J == 0) {
+#pragma unroll
+      for (int c = 0; c < Tile::kCacheRows; ++c) {
+        const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
+#pragma unroll
+        for (int j = 0; j < PS::kCount; ++j) {
+          if (Tile::HasRow(r, t_.at.d)) t_.params[j][c] = ps.template At<Acc>(j, r);
+        }
+      }
+    }
+  }
   template <typename G>
   ROWNORM_DEVICE void ForEach(G g) const {
     if (!t_.at.valid) return;
