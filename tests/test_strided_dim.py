@@ -138,7 +138,10 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
     layout (1, 2 and 4 lanes a column: d = 3, 16, 32) and the CTA layout (d = 33, 64), inner of
     one partial tile, of whole tiles and a partial one, several outer indices; d = 16, 32, 64
     fill every thread's 8 d-rows (the kernels without bounds); 16-bit layer_norm threads own
-    half a pack of columns (plan.h's StridedSumLanes), the others a whole one. The gradients
+    half a pack of columns (plan.h's StridedSumLanes), the others a whole one, and in the CTA
+    layout its tiles are staged two ahead by a persistent grid (StridedSumStages; 40 x 9 tiles
+    of d = 64: more than the grid's CTAs, so each CTA runs several and reuses its stages). The
+    gradients
     match the float64 reference and are bit-identical run to run; dx is the two-pass path's
     bits (ROWNORM_PARAM_GRADS=two-pass) and so are the gradients to rounding; a batch's
     gradients are the sum of its halves' (to rounding); each parameter's gradient asked alone
@@ -151,6 +154,7 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
     want = frozenset(op.params)
     cases = [(3, 3, 2 * 256 * vec + 3 * vec), (2, 16, 32 * vec), (3, 32, 64 * vec + vec)]
     cases += [(4, 33, 2 * 32 * vec + 5 * vec), (3, 64, 32 * vec), (2, 64, 2 * 32 * vec + 7 * vec)]
+    cases += [(40, 64, 8 * 32 * vec // 2 + vec)]
     for outer, d, inner in cases:
         x = randn((outer, d, inner), dtype, "cuda")
         what = f"{(outer, d, inner)}"
@@ -160,6 +164,7 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
         # 16-bit layer_norm threads take half a pack (4 columns), the others a whole pack
         half = dtype.itemsize == 2 and op.name == "layer_norm"
         assert plan.vec == (vec // 2 if half else vec), plan.raw
+        assert plan.stages == (2 if half and plan.warp_rows is None else None), plan.raw
         tile = 32 * 8 // (plan.warp_rows or 8) * plan.vec  # columns a tile
         assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)
         inp = op.inputs(x, 1)

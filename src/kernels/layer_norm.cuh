@@ -138,6 +138,7 @@ struct LayerNormBwdOp {
   // wide CTA's 16-bit sums (256 KB) do not
   static constexpr bool kWideCta = false;
   static constexpr int kColumnSums = 2;  // Σ dy⊙ŷ, Σ dy
+  static constexpr int kSavedStats = 2;  // (μ, r) at stats[2·Index()] (op_traits.h)
   // 16-bit cluster rows of 4 packs a thread: their fused sums fit two CTAs per SM, or one of
   // 512 threads where 8 packs would hold one of 256 (op_traits.h)
   static constexpr int kClusterPacks = sizeof(T) == 2 ? 4 : 8;

@@ -1301,8 +1301,8 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
         const cudaError_t err =
             LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes,
                                                    kWarpRows, kStages, kFull>,
-                             kStages * sizeof(typename Tile::Stage)>(pack_tiles, dim3(kTx, kTy),
-                                                                     stream, &launched, a, op);
+                             kStages * sizeof(typename Tile::Stage)>(
+                pack_tiles, dim3(kTx, kTy), stream, &launched, a, op, nullptr);
         if (err != cudaSuccess || launched) return err;
       }
     }
@@ -1329,13 +1329,15 @@ template <class Op, class Args>
 cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan& plan,
                                AccType<typename Args::InElem>* partial, cudaStream_t stream) {
   if constexpr (!std::is_same_v<typename Args::InElem, double>) {  // no packed float64 kernel
-    if (plan.kernel.kernel != StridedKind::kPacked || plan.kernel.stages != 0 ||
-        plan.kernel.lanes != StridedSumLanes<Args>(OpTraits<Op>::kColumnSums)) {
+    constexpr int kSums = OpTraits<Op>::kColumnSums;
+    constexpr int kLanes = StridedSumLanes<Args>(kSums);
+    if (plan.kernel.kernel != StridedKind::kPacked || plan.kernel.lanes != kLanes ||
+        plan.kernel.stages != StridedSumStages<Args>(kSums, plan.kernel.warp_rows)) {
       return cudaErrorInvalidConfiguration;  // a plan PlanStridedSums never makes
     }
     return WithStridedWarpRows(plan.kernel.warp_rows, [&](auto rows) {
       constexpr int kWarpRows = decltype(rows)::value;
-      constexpr int kLanes = StridedSumLanes<Args>(OpTraits<Op>::kColumnSums);
+      constexpr int kStages = StridedSumStages<Args>(kSums, kWarpRows);
       using Tile = StridedTile<Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows>;
       constexpr int64_t kTileCols = StridedTileColumns(kLanes, kWarpRows);
       static_assert(kTileCols == int64_t{Tile::kTilePacks} * kLanes,
@@ -1346,8 +1348,18 @@ cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan
         return cudaErrorInvalidConfiguration;
       }
       return WithFullColumns(a, plan.kernel, [&](auto full) {
-        StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows,
-                          OpTraits<Op>::kColumnSums, decltype(full)::value>
+        constexpr bool kFull = decltype(full)::value;
+        if constexpr (kStages > 0) {  // later tiles in flight
+          bool launched = false;
+          const cudaError_t err = LaunchPersistent<
+              StridedPrefetchKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes,
+                                    kWarpRows, kStages, kFull, kSums>,
+              kStages * sizeof(typename Tile::Stage)>(plan.chunks, dim3(kStridedTx, kStridedTy),
+                                                      stream, &launched, a, op, partial);
+          if (err != cudaSuccess || launched) return err;
+        }
+        StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows, kSums,
+                          kFull>
             <<<GridFor(plan.chunks), dim3(kStridedTx, kStridedTy), 0, stream>>>(a, op, partial);
         return cudaGetLastError();
       });

@@ -18,6 +18,7 @@
 //                                            // default 0 (see below)
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     static constexpr bool kKeepsInputInL2;  // optional, default false (see below)
+//     static constexpr int kSavedStats;      // optional, default 0 (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -104,6 +105,12 @@
 // their register types (add_rms_norm with a float32 residual stream: x and out in 16 bits). The
 // row tiers load and store those as stored and never stage them in shared memory.
 //
+// kSavedStats = k > 0: the body reads k saved values of its row at stats[k·Index() + j] (the
+// op's `stats` member: layer_norm's backward, the forward's (μ, r)). The staged strided
+// backward brings a tile's into L1 as it issues the tile's packs (StridedPrefetchKernel): their
+// loads, the first of the body, were what its warps waited on (benchmarks/results/h200/
+// NOTES.md §52).
+//
 // ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
 // its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
 // rows per CTA keep them per CTA (the fused sums below; the persistent cluster kernel of the
@@ -177,6 +184,11 @@ template <class Op>
 struct KeepsInputInL2<Op, std::void_t<decltype(Op::kKeepsInputInL2)>>
     : std::bool_constant<Op::kKeepsInputInL2> {};
 template <class Op, class = void>
+struct SavedStats : std::integral_constant<int, 0> {};
+template <class Op>
+struct SavedStats<Op, std::void_t<decltype(Op::kSavedStats)>>
+    : std::integral_constant<int, Op::kSavedStats> {};
+template <class Op, class = void>
 struct HasColumnParams : std::false_type {};
 template <class Op>
 struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
@@ -198,6 +210,7 @@ struct OpTraits {
   static constexpr int kClusterPacks = op_traits_detail::ClusterPacks<Op>::value;
   static constexpr int kWideClusterPacks = op_traits_detail::WideClusterPacks<Op>::value;
   static constexpr bool kKeepsInputInL2 = op_traits_detail::KeepsInputInL2<Op>::value;
+  static constexpr int kSavedStats = op_traits_detail::SavedStats<Op>::value;
   static_assert(kWideClusterPacks == kClusterPacks || kWideClusterPacks == 8,
                 "the 4-pack rows of the wide cluster follow those of 256 threads");
   static constexpr int CtaCtasPerSm(int threads, int packs) {

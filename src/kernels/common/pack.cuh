@@ -214,11 +214,18 @@ constexpr int MaxPackWidth(int elem_size) { return 16 / elem_size; }
 // once at most k of this thread's groups are still in flight. The copies bypass L1 (.cg: rows
 // are read once), but with kCacheL1 (.ca: data that other rows on the SM read again, such as
 // per-column parameters).
+// Packs of 4 or 8 bytes (half a pack: the strided fused backward's) are copied through L1 (.ca):
+// .cg takes only 16.
 template <bool kCacheL1 = false, typename T, int N>
 ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src) {
-  static_assert(sizeof(Pack<T, N>) == 16, "cp.async copies whole 16-byte packs here");
+  constexpr int kBytes = sizeof(Pack<T, N>);
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  if constexpr (kCacheL1) {
+  if constexpr (kBytes < 16) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(global_src),
+                 "n"(kBytes)
+                 : "memory");
+  } else if constexpr (kCacheL1) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src)
                  : "memory");
   } else {
@@ -226,6 +233,9 @@ ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src) {
                  : "memory");
   }
 }
+// Brings the line holding `p` into L1 (and L2), without waiting: for small data that a kernel
+// reads later, at the start of a unit whose packs are staged in shared memory.
+ROWNORM_DEVICE void PrefetchL1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 ROWNORM_DEVICE void CommitAsyncCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>
 ROWNORM_DEVICE void WaitAsyncCopies() {

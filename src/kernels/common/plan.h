@@ -882,7 +882,7 @@ constexpr int kStridedCache = 8;
 constexpr int kStridedStages = 2;
 
 // Tiles in flight ahead of the current one on the packed path of `Args`' problems, where the
-// kernel exists (one input: the forwards).
+// kernel exists (one input: the forwards; the fused backwards: StridedSumStages).
 template <class Args>
 constexpr int StridedStages() {
   return Args::kNumIn == 1 ? kStridedStages : 0;
@@ -974,6 +974,22 @@ constexpr int StridedSumLanes(int sums) {
   return sizeof(typename Args::InElem) == 2 && sums > 1 ? Args::kPackWidth / 2 : Args::kPackWidth;
 }
 
+// Tiles in flight ahead of the current one in the fused backward of an op with `sums` column
+// sums in layout `warp_rows` (StridedPrefetchKernel with the sums: a persistent grid, each
+// tile's saved statistics brought into L1 with its packs, OpTraits::kSavedStats): where a
+// thread takes half a pack (StridedSumLanes) in the CTA layout. A tile's x and dy are then
+// 32 KB, so kStridedStages of them fit two CTAs of 256 per SM, whose 16 warps the tile's
+// instructions need; a whole pack's 64 KB stages held one CTA per SM and took 1.02-1.22x the
+// step (benchmarks/results/h200/NOTES.md §50). H200, the channel-dim training step, time ÷ the
+// tiles loaded into registers: bf16 / fp16 layer_norm over 64 channels 0.955 / 0.957 (69 -> 72%
+// of copy), over 48 0.981; prefetched without the statistics in L1, 0.990-0.994, their loads
+// then the kernel's first wait. The warp layout's columns lost (d = 3 / 32: 1.038 / 1.022,
+// d = 16 0.998) and keep the unstaged kernel (NOTES.md §52).
+template <class Args>
+constexpr int StridedSumStages(int sums, int warp_rows) {
+  return warp_rows == 0 && StridedSumLanes<Args>(sums) < Args::kPackWidth ? kStridedStages : 0;
+}
+
 // Columns per tile of the packed kernel of `lanes` columns a pack in layout `warp_rows`
 // (StridedTile: 32 packs a CTA in the CTA layout, 256 / warp_rows in the warp layout).
 constexpr int64_t StridedTileColumns(int lanes, int warp_rows) {
@@ -990,6 +1006,7 @@ std::optional<StridedSumPlan> PlanStridedSums(const Args& a, int sums, float dra
     return std::nullopt;
   }
   k.lanes = StridedSumLanes<Args>(sums);
+  k.stages = StridedSumStages<Args>(sums, k.warp_rows);
   const int64_t cols = StridedTileColumns(k.lanes, k.warp_rows);
   return StridedSumPlan{k, a.outer * ((a.inner + cols - 1) / cols)};
 }

@@ -324,6 +324,7 @@ struct StridedTile {
   using TOut = typename Args::OutElem;
   using Acc = AccType<TIn>;
   static constexpr int kCacheRows = kCache;
+  static constexpr int kThreadLanes = kLanes;  // adjacent columns a thread
   // With kFull, columns of exactly kFullD elements (plan.h's StridedPlan::full_columns): every
   // thread's kCache d-rows are in the column, so no d-row is tested against d, and the
   // column's length is a constant (a division by it a multiplication: d is a power of two, so
@@ -350,6 +351,18 @@ struct StridedTile {
   ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i)
       : storage(s), at(a, o, i) {
     ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
+    ZeroSums();
+  }
+
+  // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
+  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Stage& stage)
+      : storage(s), at(a, o, i) {
+    const int t = threadIdx.y * kTx + threadIdx.x;
+    ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
+    ZeroSums();
+  }
+
+  ROWNORM_DEVICE void ZeroSums() {
     if constexpr (kSums > 0) {
 #pragma unroll
       for (int j = 0; j < kSums; ++j) {
@@ -359,18 +372,22 @@ struct StridedTile {
     }
   }
 
-  // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
-  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Stage& stage)
-      : storage(s), at(a, o, i) {
-    const int t = threadIdx.y * kTx + threadIdx.x;
-    ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
-  }
-
   // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage) {
     const int t = threadIdx.y * kTx + threadIdx.x;
     ForEachOwned(StridedOperands<Args>(a, o, i),
                  [&](int k, int c, const TIn* src) { CopyPackAsync(&stage.packs[k][c][t], src); });
+  }
+
+  // Brings the saved statistics of this thread's columns of tile (o, i) into L1, kPerRow values
+  // a column at stats[kPerRow · index] (OpTraits::kSavedStats), once per pack (the thread of
+  // d-row 0): the op body reads them first, and in a staged tile nothing else waits on memory.
+  template <int kPerRow, typename S>
+  ROWNORM_DEVICE static void PrefetchSavedStats(const Args& a, const S* stats, int64_t o,
+                                                int64_t i) {
+    static_assert(kLanes * kPerRow * sizeof(S) <= 128 && 128 % (kLanes * kPerRow * sizeof(S)) == 0,
+                  "a pack's statistics lie in one 128-byte line");
+    if (Dy() == 0 && i < a.inner) PrefetchL1(stats + kPerRow * (o * a.inner + i));
   }
 
   // Writes the gathered outputs.
@@ -526,19 +543,14 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   ROWNORM_DEVICE void StoreWith(F f, const PS& ps) {
     static_assert(PS::kCount <= Tile::kMaxParams, "a tile keeps at most kMaxParams parameters");
     if (collected_) return;
-    bool present = false;
-#pragma unroll
-    for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
-    if (!present) {
+    if (!AnyParam(ps)) {
       this->template StoreTo<0>(WithParams<Acc>(f, ps));
       return;
     }
     KeepParams(ps);
     ForEach([&](const Acc* x, int64_t r, int c) {
-      Acc p[PS::kCount > 0 ? PS::kCount : 1];
-#pragma unroll
-      for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
-      t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p)));
+      const auto p = KeptParams<PS::kCount>(c);
+      t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p.v)));
     });
   }
   // f(x, r, p) reduced over the column (row_ops.h's ReduceWith), the parameters from the
@@ -547,17 +559,12 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   ROWNORM_DEVICE auto ReduceWith(Op op, F f, const PS& ps) {
     using V =
         decltype(f(static_cast<const Acc*>(nullptr), int64_t{}, static_cast<const Acc*>(nullptr)));
-    bool present = false;
-#pragma unroll
-    for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
-    if (!present) return this->Reduce(op, WithParams<Acc>(f, ps));
+    if (!AnyParam(ps)) return this->Reduce(op, WithParams<Acc>(f, ps));
     KeepParams(ps);
     V acc = Op::template Identity<V>();
     ForEach([&](const Acc* x, int64_t r, int c) {
-      Acc p[PS::kCount > 0 ? PS::kCount : 1];
-#pragma unroll
-      for (int j = 0; j < PS::kCount; ++j) p[j] = t_.params[j][c];
-      acc = op(acc, f(x, r, static_cast<const Acc*>(p)));
+      const auto p = KeptParams<PS::kCount>(c);
+      acc = op(acc, f(x, r, static_cast<const Acc*>(p.v)));
     });
     return AllReduce(acc, op);
   }
@@ -593,6 +600,22 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   }
 
  private:
+  // Whether any of the op's parameters is present (else each element takes the absent value).
+  template <class PS>
+  ROWNORM_DEVICE static bool AnyParam(const PS& ps) {
+    bool present = false;
+#pragma unroll
+    for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
+    return present;
+  }
+  // The parameters the tile keeps at this thread's d-row slot c (KeepParams).
+  template <int kCount>
+  ROWNORM_DEVICE Array<Acc, (kCount > 0 ? kCount : 1)> KeptParams(int c) const {
+    Array<Acc, (kCount > 0 ? kCount : 1)> p;
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) p[j] = t_.params[j][c];
+    return p;
+  }
   // Lane 0, the first that RunLanes runs, reads the parameters at the thread's d-rows into
   // the tile (every lane of the round uses that copy).
   template <class PS>

@@ -1308,6 +1308,29 @@ ROWNORM_DEVICE void RunLanes(const Op& op, Tile& tile, std::integer_sequence<int
   }
 }
 
+// Tile t of `chunks`: the op body on all the tile's lanes (with column sums, Tile::kColumnSums >
+// 0, adding its column terms to the tile's sums), then before_store() (the staged kernel refills
+// the tile's stage there: every staged pack has been read), the outputs written, and the tile's
+// column sums written as partial t.
+template <class Op, class Tile, class BeforeStore>
+ROWNORM_DEVICE void RunStridedTile(const Op& op, Tile& tile, typename Tile::Acc* partial, int64_t t,
+                                   int64_t chunks, BeforeStore before_store) {
+  constexpr int kSums = Tile::kColumnSums;
+  const auto lanes = std::make_integer_sequence<int, Tile::kThreadLanes>{};
+  if constexpr (kSums == 0) {
+    RunLanes(op, tile, lanes);
+    before_store();
+    tile.Flush();
+  } else {
+    __shared__ typename Tile::SumExchange exchange;
+    StridedColumnSums<kSums> sums;
+    RunLanes([&](auto& lane) { op(lane, &sums); }, tile, lanes);
+    before_store();
+    tile.Flush();
+    tile.WriteSums(partial, t, chunks, exchange);
+  }
+}
+
 // kFull: columns of exactly the tile's d-rows (StridedTile's kFull), run without bounds.
 // kSums > 0: the backward with fused parameter gradients (plan.h's StridedSumPlan): the op body
 // adds its kSums column terms to the tile's sums, which the tile writes to `partial` as tile
@@ -1333,47 +1356,46 @@ __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
     const int64_t o = t / tiles;
     const int64_t i = (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
     Tile tile(storage, args, o, i);
-    if constexpr (kSums == 0) {
-      RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
-      tile.Flush();
-    } else {
-      __shared__ typename Tile::SumExchange exchange;
-      StridedColumnSums<kSums> sums;
-      RunLanes([&](auto& lane) { op(lane, &sums); }, tile,
-               std::make_integer_sequence<int, kLanes>{});
-      tile.Flush();
-      tile.WriteSums(partial, t, chunks, exchange);
-    }
+    RunStridedTile(op, tile, partial, t, chunks, [] {});
   }
 }
 
-// The packed strided path with later tiles in flight (ops of one input; plan.h's
-// PlanStridedOp): a persistent CTA runs tiles blockIdx.x, + gridDim.x, ... and keeps the
-// packs of its next kStages tiles in flight into shared memory (cp.async) while it reduces and
-// stores the current one (kFull as in StridedPackKernel). Loaded straight into registers, a CTA
-// had nothing in flight from its barrier to its last store, and two CTAs per SM took 1.34x a
-// copy's time on the H200 (channel RMSNorm, fp32); prefetched, 1.08x (0.81x the time;
-// benchmarks/results/h200/NOTES.md §4).
+// The packed strided path with later tiles in flight (the forwards: plan.h's PlanStridedOp;
+// with kSums > 0 the fused backward on half a pack, StridedSumStages): a persistent CTA runs
+// tiles blockIdx.x, + gridDim.x, ... and keeps the packs of its next kStages tiles in flight
+// into shared memory (cp.async) while it reduces and stores the current one (kFull and kSums as
+// in StridedPackKernel: the same partial per tile), with their saved statistics brought into
+// L1 (OpTraits::kSavedStats). Loaded straight into registers, a CTA had nothing in flight from
+// its barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200
+// (channel RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md
+// §4); the bf16 layer_norm backward over 64 channels 0.955x the step (§52).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
-          int kStages, bool kFull = false>
-__global__ void __launch_bounds__(kTx* kTy, 2) StridedPrefetchKernel(const Args args, const Op op) {
+          int kStages, bool kFull = false, int kSums = 0>
+__global__ void __launch_bounds__(kTx* kTy, 2)
+    StridedPrefetchKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Tile =
-      StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true, 0, kFull>;
+      StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
+  const int64_t chunks = args.outer * tiles;
   const auto column = [&](int64_t t) {
     return (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
   };
   PipelineUnits<kStages>(
-      blockIdx.x, gridDim.x, args.outer * tiles,
-      [&](int64_t t, int s) { Tile::Prefetch(args, t / tiles, column(t), stages[s]); },
+      blockIdx.x, gridDim.x, chunks,
+      [&](int64_t t, int s) {
+        Tile::Prefetch(args, t / tiles, column(t), stages[s]);
+        if constexpr (OpTraits<Op>::kSavedStats > 0) {
+          Tile::template PrefetchSavedStats<OpTraits<Op>::kSavedStats>(args, op.stats, t / tiles,
+                                                                       column(t));
+        }
+      },
       [&](int64_t t, int s, auto refill) {
         Tile tile(storage, args, t / tiles, column(t), stages[s]);
-        RunLanes(op, tile, std::make_integer_sequence<int, kLanes>{});
-        refill();  // the lanes' reductions used every staged pack (each thread its own)
-        tile.Flush();
+        // the lanes' reductions used every staged pack (each thread its own)
+        RunStridedTile(op, tile, partial, t, chunks, refill);
       });
 }
 
