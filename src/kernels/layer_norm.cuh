@@ -74,7 +74,8 @@ ROWNORM_DEVICE Array<Acc, 2> SliceMoments(Row& row) {
 template <typename T, typename Acc, typename W>
 struct LayerNormFwdOp {
   using Elem = T;
-  static constexpr int kIn = 1;  // x
+  static constexpr int kIn = 1;              // x
+  static constexpr bool kReadsFirst = true;  // ShiftedMean's x₀ (op_traits.h)
   Acc eps;
   const W* weight;  // (n,) or nullptr
   const W* bias;    // (n,) or nullptr

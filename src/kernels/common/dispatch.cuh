@@ -1297,11 +1297,13 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
     constexpr bool kFull = decltype(full)::value;
     if constexpr (kStages > 0) {
       if (plan.stages == kStages) {  // later tiles in flight
+        using Staged =
+            StridedPrefetchTile<Op, Args, kTx, kTy, kStridedCache, kLanes, kWarpRows, 0, kFull>;
         bool launched = false;
         const cudaError_t err =
             LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes,
                                                    kWarpRows, kStages, kFull>,
-                             kStages * sizeof(typename Tile::Stage)>(
+                             kStages * sizeof(typename Staged::Stage)>(
                 pack_tiles, dim3(kTx, kTy), stream, &launched, a, op, nullptr);
         if (err != cudaSuccess || launched) return err;
       }
@@ -1350,12 +1352,14 @@ cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan
       return WithFullColumns(a, plan.kernel, [&](auto full) {
         constexpr bool kFull = decltype(full)::value;
         if constexpr (kStages > 0) {  // later tiles in flight
+          using Staged = StridedPrefetchTile<Op, Args, kStridedTx, kStridedTy, kStridedCache,
+                                             kLanes, kWarpRows, kSums, kFull>;
           bool launched = false;
           const cudaError_t err = LaunchPersistent<
               StridedPrefetchKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes,
                                     kWarpRows, kStages, kFull, kSums>,
-              kStages * sizeof(typename Tile::Stage)>(plan.chunks, dim3(kStridedTx, kStridedTy),
-                                                      stream, &launched, a, op, partial);
+              kStages * sizeof(typename Staged::Stage)>(plan.chunks, dim3(kStridedTx, kStridedTy),
+                                                        stream, &launched, a, op, partial);
           if (err != cudaSuccess || launched) return err;
         }
         StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows, kSums,

@@ -19,6 +19,7 @@
 //     using Narrowings = Narrowing<...>;     // optional, default NoNarrowing (see below)
 //     static constexpr bool kKeepsInputInL2;  // optional, default false (see below)
 //     static constexpr int kSavedStats;      // optional, default 0 (see below)
+//     static constexpr bool kReadsFirst;     // optional, default false (see below)
 //     template <class Row>
 //     ROWNORM_HOST_DEVICE void operator()(Row& row) const;   // the maths, on any row view
 //   };
@@ -111,6 +112,13 @@
 // loads, the first of the body, were what its warps waited on (benchmarks/results/h200/
 // NOTES.md §52).
 //
+// kReadsFirst = true: the body reads row.First() (layer_norm's forward: the shift of its mean).
+// The staged 16-bit strided forwards of the CTA layout copy d-row 0 of a tile's columns with
+// the tile's packs (StridedPrefetchTile), where its loads, three a column and tile (the rounds'
+// barriers make the compiler read it again), took 10% of the forward's stall samples: H200,
+// bf16 LayerNorm's forward over 64 channels 0.87x the time (benchmarks/results/h200/NOTES.md
+// §53).
+//
 // ColumnParams() (optional; required with kColumnSums): the ParamList of per-column parameters
 // its body reads, only through ReduceWith and StoreWith with that list. Kernels that run many
 // rows per CTA keep them per CTA (the fused sums below; the persistent cluster kernel of the
@@ -194,6 +202,11 @@ template <class Op>
 struct HasColumnParams<Op, std::void_t<decltype(std::declval<const Op&>().ColumnParams())>>
     : std::true_type {};
 template <class Op, class = void>
+struct ReadsFirst : std::false_type {};
+template <class Op>
+struct ReadsFirst<Op, std::void_t<decltype(Op::kReadsFirst)>>
+    : std::bool_constant<Op::kReadsFirst> {};
+template <class Op, class = void>
 struct ColumnSumCount : std::integral_constant<int, 0> {};
 template <class Op>
 struct ColumnSumCount<Op, std::void_t<decltype(Op::kColumnSums)>>
@@ -211,6 +224,7 @@ struct OpTraits {
   static constexpr int kWideClusterPacks = op_traits_detail::WideClusterPacks<Op>::value;
   static constexpr bool kKeepsInputInL2 = op_traits_detail::KeepsInputInL2<Op>::value;
   static constexpr int kSavedStats = op_traits_detail::SavedStats<Op>::value;
+  static constexpr bool kReadsFirst = op_traits_detail::ReadsFirst<Op>::value;
   static_assert(kWideClusterPacks == kClusterPacks || kWideClusterPacks == 8,
                 "the 4-pack rows of the wide cluster follow those of 256 threads");
   static constexpr int CtaCtasPerSm(int threads, int packs) {

@@ -298,7 +298,7 @@ class StridedRow
 // sums the op body's column terms (StridedLane::AddColumns) per d-row over its columns, and
 // WriteSums writes them as the tile's partials (plan.h's StridedSumPlan).
 template <class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows = 0,
-          bool kKeepParams = false, int kSums = 0, bool kFull = false>
+          bool kKeepParams = false, int kSums = 0, bool kFull = false, bool kStagedFirst = false>
 struct StridedTile {
   static_assert(kWarpRows == 0 || (kTx == kWarpSize && kWarpRows <= kWarpSize &&
                                    (kWarpRows & (kWarpRows - 1)) == 0),
@@ -343,26 +343,72 @@ struct StridedTile {
   static constexpr int kOut = Args::kNumOut;
 
   // One tile's packs staged in shared memory by a prefetching kernel, thread t's at
-  // [k][c][t] (a warp's 16-byte accesses contiguous).
-  struct Stage {
+  // [k][c][t] (a warp's 16-byte accesses contiguous); with kStagedFirst (ops that read First(),
+  // OpTraits::kReadsFirst) also d-row 0's pack of the thread's columns at first[t], which
+  // every thread of the column copies for itself: read from another thread's slot it would
+  // want a barrier.
+  struct StagedPacks {
     Pack<TIn, kLanes> packs[kIn][kCache][kTx * kTy];
   };
+  struct StagedPacksAndFirst : StagedPacks {
+    Pack<TIn, kLanes> first[kTx * kTy];
+  };
+  static constexpr bool kFirstStaged = kStagedFirst;
+  using Stage = std::conditional_t<kStagedFirst, StagedPacksAndFirst, StagedPacks>;
 
-  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i)
+  // With kKeepParams, the parameters at this thread's d-rows: the same in every tile, so the
+  // kernel reads them once (ReadParams) and hands them to each tile.
+  static constexpr bool kKeepsParams = kKeepParams;
+  static constexpr int kMaxParams = 2;
+  using Params = Acc[kKeepsParams ? kMaxParams : 1][kCache];
+
+  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Params& kept)
       : storage(s), at(a, o, i) {
     ForEachOwned(at, [&](int k, int c, const TIn* src) { cache[k][c].Load(src); });
-    ZeroSums();
+    Init(kept);
   }
 
   // The tile whose packs Prefetch staged in `stage` (the caller waited for the copies).
-  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Stage& stage)
+  ROWNORM_DEVICE StridedTile(Storage& s, const Args& a, int64_t o, int64_t i, const Stage& stage,
+                             const Params& kept)
       : storage(s), at(a, o, i) {
     const int t = threadIdx.y * kTx + threadIdx.x;
     ForEachOwned(at, [&](int k, int c, const TIn*) { cache[k][c] = stage.packs[k][c][t]; });
-    ZeroSums();
+    if constexpr (kStagedFirst) {
+      if (at.valid) first = stage.first[t];
+    }
+    Init(kept);
   }
 
-  ROWNORM_DEVICE void ZeroSums() {
+  // The parameters of `op` (its ColumnParams(), op_traits.h) at this thread's d-rows, for
+  // every tile of the kernel. Read by lane 0 in each tile instead, they were 16 of the bf16
+  // layer_norm forward's 40 global loads a tile (benchmarks/results/h200/NOTES.md §53).
+  template <class Op>
+  ROWNORM_DEVICE static void ReadParams(const Op& op, int64_t d, Params& kept) {
+    if constexpr (kKeepsParams && OpTraits<Op>::kColumnParams) {
+      const auto ps = op.ColumnParams();
+      constexpr int kCount = decltype(ps)::kCount;
+      static_assert(kCount <= kMaxParams, "a tile keeps at most kMaxParams parameters");
+#pragma unroll
+      for (int c = 0; c < kCache; ++c) {
+        const int64_t r = Dy() + c * kColumnThreads;
+#pragma unroll
+        for (int j = 0; j < kCount; ++j) {
+          if (HasRow(r, d)) kept[j][c] = ps.template At<Acc>(j, r);
+        }
+      }
+    }
+  }
+
+  // The kernel's parameters (ReadParams) and the column sums zeroed.
+  ROWNORM_DEVICE void Init(const Params& kept) {
+    if constexpr (kKeepsParams) {
+#pragma unroll
+      for (int j = 0; j < kMaxParams; ++j) {
+#pragma unroll
+        for (int c = 0; c < kCache; ++c) params[j][c] = kept[j][c];
+      }
+    }
     if constexpr (kSums > 0) {
 #pragma unroll
       for (int j = 0; j < kSums; ++j) {
@@ -375,8 +421,12 @@ struct StridedTile {
   // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`.
   ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage) {
     const int t = threadIdx.y * kTx + threadIdx.x;
-    ForEachOwned(StridedOperands<Args>(a, o, i),
+    const StridedOperands<Args> at(a, o, i);
+    ForEachOwned(at,
                  [&](int k, int c, const TIn* src) { CopyPackAsync(&stage.packs[k][c][t], src); });
+    if constexpr (kStagedFirst) {
+      if (at.valid) CopyPackAsync(&stage.first[t], at.in[0]);
+    }
   }
 
   // Brings the saved statistics of this thread's columns of tile (o, i) into L1, kPerRow values
@@ -468,18 +518,16 @@ struct StridedTile {
   }
 
   // With kKeepParams (the prefetching kernel: the forwards; the sums kernel on half a pack),
-  // the parameters at this thread's d-rows, read once per tile for all its lanes
-  // (StridedLane::StoreWith, ReduceWith). Not in the other StridedPackKernels, whose registers
-  // it raised (fp32 rms_norm's one-lane warp layout 84 -> 108, bf16 layer_norm's CTA layout
-  // 122 -> 128 and an 8-byte spill) where no measurement covers it (the H100's fp32 forwards
-  // run it).
-  static constexpr bool kKeepsParams = kKeepParams;
-  static constexpr int kMaxParams = 2;
+  // the parameters at this thread's d-rows for all its lanes (StridedLane::StoreWith,
+  // ReduceWith). Not in the other StridedPackKernels, whose registers it raised (fp32
+  // rms_norm's one-lane warp layout 84 -> 108, bf16 layer_norm's CTA layout 122 -> 128 and an
+  // 8-byte spill) where no measurement covers it (the H100's fp32 forwards run it).
   Storage& storage;
   StridedOperands<Args> at;  // of lane 0
   Pack<TIn, kLanes> cache[kIn][kCache];
   Pack<TOut, kLanes> gathered[kOut][kCache];
-  Acc params[kKeepsParams ? kMaxParams : 1][kCache];
+  Pack<TIn, kLanes> first;  // with kStagedFirst: d-row 0 of the columns
+  Params params;
   static constexpr int kColumnSums = kSums;
   Acc sums[kSums > 0 ? kSums : 1][kCache];  // with kSums: per d-row, over the thread's lanes
 };
@@ -512,7 +560,13 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   ROWNORM_DEVICE bool Leader() const { return !collected_ && t_.at.valid && Tile::Dy() == 0; }
   // Whether this round left a partial of an all-reduce for the next (and so stores nothing).
   ROWNORM_DEVICE bool Collected() const { return collected_; }
-  ROWNORM_DEVICE Acc First() const { return ToAcc(t_.at.in[0][J]); }
+  ROWNORM_DEVICE Acc First() const {
+    if constexpr (Tile::kFirstStaged) {
+      return t_.first.Get(J);
+    } else {
+      return ToAcc(t_.at.in[0][J]);
+    }
+  }
 
   // Primitives of RowOps.
   template <typename Op, typename V>
@@ -533,9 +587,9 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
       return acc;  // a partial: nothing past this is stored in this round
     }
   }
-  // Output 0 = f(x, r, p) (the forwards): a tile's lanes share its d-rows, so lane 0, the first
-  // that RunLanes runs, reads the parameters at them into the tile and every lane uses that
-  // copy. Read per element and lane, they took 1.21x the time in LayerNorm's forward over the
+  // Output 0 = f(x, r, p) (the forwards): a tile's lanes share its d-rows, and the tile keeps
+  // the parameters at them (`ps` is the op's ColumnParams(), which the kernel read: op_traits.h).
+  // Read per element and lane, they took 1.21x the time in LayerNorm's forward over the
   // channels and 1.02x in fp32 RMSNorm's with a weight (H200, 112x64x512x512;
   // benchmarks/results/h200/NOTES.md §47). Where no parameter is present each element takes
   // the absent value, as before: the tile's copy took 1.07x the time there (bf16 RMSNorm).
@@ -547,7 +601,6 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
       this->template StoreTo<0>(WithParams<Acc>(f, ps));
       return;
     }
-    KeepParams(ps);
     ForEach([&](const Acc* x, int64_t r, int c) {
       const auto p = KeptParams<PS::kCount>(c);
       t_.gathered[0][c].Set(J, static_cast<AccType<typename Tile::TOut>>(f(x, r, p.v)));
@@ -560,7 +613,6 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
     using V =
         decltype(f(static_cast<const Acc*>(nullptr), int64_t{}, static_cast<const Acc*>(nullptr)));
     if (!AnyParam(ps)) return this->Reduce(op, WithParams<Acc>(f, ps));
-    KeepParams(ps);
     V acc = Op::template Identity<V>();
     ForEach([&](const Acc* x, int64_t r, int c) {
       const auto p = KeptParams<PS::kCount>(c);
@@ -608,29 +660,13 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
     for (int j = 0; j < PS::kCount; ++j) present = present || ps.p[j] != nullptr;
     return present;
   }
-  // The parameters the tile keeps at this thread's d-row slot c (KeepParams).
+  // The parameters the tile keeps at this thread's d-row slot c (StridedTile::ReadParams).
   template <int kCount>
   ROWNORM_DEVICE Array<Acc, (kCount > 0 ? kCount : 1)> KeptParams(int c) const {
     Array<Acc, (kCount > 0 ? kCount : 1)> p;
 #pragma unroll
     for (int j = 0; j < kCount; ++j) p[j] = t_.params[j][c];
     return p;
-  }
-  // Lane 0, the first that RunLanes runs, reads the parameters at the thread's d-rows into
-  // the tile (every lane of the round uses that copy).
-  template <class PS>
-  ROWNORM_DEVICE void KeepParams(const PS& ps) {
-    static_assert(PS::kCount <= Tile::kMaxParams, "a tile keeps at most kMaxParams parameters");
-    if constexpr (J == 0) {
-#pragma unroll
-      for (int c = 0; c < Tile::kCacheRows; ++c) {
-        const int64_t r = Tile::Dy() + c * Tile::kColumnThreads;
-#pragma unroll
-        for (int j = 0; j < PS::kCount; ++j) {
-          if (Tile::HasRow(r, t_.at.d)) t_.params[j][c] = ps.template At<Acc>(j, r);
-        }
-      }
-    }
   }
   template <typename G>
   ROWNORM_DEVICE void ForEach(G g) const {

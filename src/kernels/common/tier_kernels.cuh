@@ -1349,16 +1349,28 @@ __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
   constexpr bool kKeepParams = kSums > 0 && kLanes < Args::kPackWidth;
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, kKeepParams, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
+  typename Tile::Params params;
+  Tile::ReadParams(op, args.d, params);
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
   const int64_t chunks = args.outer * tiles;
   for (int64_t t = blockIdx.x; t < chunks; t += gridDim.x) {
     const int64_t o = t / tiles;
     const int64_t i = (t % tiles) * kTileCols + int64_t{Tile::PackInTile()} * kLanes;
-    Tile tile(storage, args, o, i);
+    Tile tile(storage, args, o, i, params);
     RunStridedTile(op, tile, partial, t, chunks, [] {});
   }
 }
+
+// The tile of StridedPrefetchKernel: it keeps the parameters, and stages d-row 0 for 16-bit ops
+// that read First() (op_traits.h's kReadsFirst) in the CTA layout. Elsewhere it lost: H200,
+// layer_norm's forward over 64 channels in float32 1.017x the time, bf16 over 16 / 32 (the warp
+// layouts) 1.05x, the bf16 step over 3 1.12x (benchmarks/results/h200/NOTES.md §53).
+template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows, int kSums,
+          bool kFull>
+using StridedPrefetchTile =
+    StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true, kSums, kFull,
+                OpTraits<Op>::kReadsFirst && kWarpRows == 0 && sizeof(typename Args::InElem) == 2>;
 
 // The packed strided path with later tiles in flight (the forwards: plan.h's PlanStridedOp;
 // with kSums > 0 the fused backward on half a pack, StridedSumStages): a persistent CTA runs
@@ -1373,9 +1385,10 @@ template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kW
           int kStages, bool kFull = false, int kSums = 0>
 __global__ void __launch_bounds__(kTx* kTy, 2)
     StridedPrefetchKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
-  using Tile =
-      StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, /*kKeepParams=*/true, kSums, kFull>;
+  using Tile = StridedPrefetchTile<Op, Args, kTx, kTy, kCache, kLanes, kWarpRows, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
+  typename Tile::Params params;
+  Tile::ReadParams(op, args.d, params);
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
@@ -1393,7 +1406,7 @@ __global__ void __launch_bounds__(kTx* kTy, 2)
         }
       },
       [&](int64_t t, int s, auto refill) {
-        Tile tile(storage, args, t / tiles, column(t), stages[s]);
+        Tile tile(storage, args, t / tiles, column(t), stages[s], params);
         // the lanes' reductions used every staged pack (each thread its own)
         RunStridedTile(op, tile, partial, t, chunks, refill);
       });
