@@ -548,7 +548,7 @@ class StridedLane : public RowOps<StridedLane<Tile, J, kRound>, typename Tile::A
   using Acc = typename Tile::Acc;
   static constexpr bool kCached = true;
 
-  // StoreWith reads the parameters once per tile, not once per lane, where the tile keeps them.
+  // StoreWith takes the parameters from the tile's copy, not once per lane, where it keeps them.
   static constexpr bool kPackedParams = Tile::kKeepsParams;
   static constexpr bool kSharedParams = Tile::kKeepsParams && Tile::kColumnSums > 0;
 

@@ -1338,10 +1338,10 @@ ROWNORM_DEVICE void RunStridedTile(const Op& op, Tile& tile, typename Tile::Acc*
 // unbounded, the sums took the kernels from 128 registers (two CTAs) to 150-172 (one); held,
 // they spill (up to 372 bytes in rms_norm, 1 KB in 16-bit layer_norm) and still took 0.78-0.96x
 // the time in the channel-dim training step (H200; benchmarks/results/h200/NOTES.md §48). On
-// half a pack (plan.h's StridedSumLanes) a tile keeps the parameters at its d-rows, read once
-// by lane 0 for all lanes and rounds, where the registers allow it (116-122, no spills; on a
-// whole pack rms_norm's spilled up to 952 bytes): the bf16 LayerNorm step over 64 / 3
-// channels 0.984x / 0.951x the time, the same bits (§51).
+// half a pack (plan.h's StridedSumLanes) a tile keeps the parameters at its d-rows for all
+// lanes and rounds, where the registers allow it (116-122, no spills; on a whole pack
+// rms_norm's spilled up to 952 bytes): the bf16 LayerNorm step over 64 / 3 channels 0.984x /
+// 0.951x the time, the same bits (§51); the kernel reads them once per CTA (ReadParams, §53).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
           int kSums = 0, bool kFull = false>
 __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
