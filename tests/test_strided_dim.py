@@ -29,6 +29,7 @@ from utils import (
     check_grads,
     dtype_id,
     families,
+    keeps_inputs_in_l2,
     param_grad_dtype,
     poison_blocks,
     randn,
@@ -116,6 +117,10 @@ def test_strided_warp_layout(op_id, dtype):
             # 8 d-rows in every thread (the kernels without bounds) at d = 8, 16, 32
             full = "full" if d in (8, 16, 32) else None
             assert plan.columns == full, (d, inner, plan.raw)
+            # the staged kernel's inputs under L2's evict_last where the device keeps them, in
+            # the warp layouts and on 4-byte tiles (plan.h, StridedKeepsInputsInL2)
+            keep = plan.stages and (plan.warp_rows or dtype.itemsize == 4) and keeps_inputs_in_l2()
+            assert plan.l2 == ("keep" if keep else None), plan.raw
             inp = op.inputs(x, 1)
             what = f"d={d} inner={inner}"
             check_forward(op, inp, 1, what=what)
@@ -165,6 +170,11 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
         half = dtype.itemsize == 2 and op.name == "layer_norm"
         assert plan.vec == (vec // 2 if half else vec), plan.raw
         assert plan.stages == (2 if half and plan.warp_rows is None else None), plan.raw
+        # the staged kernel's inputs under L2's evict_last where the device keeps them, in the
+        # warp layouts and on 4-byte tiles (plan.h, StridedKeepsInputsInL2): the staged
+        # backward's are 16-bit tiles of the CTA layout
+        keep = plan.stages and (plan.warp_rows or dtype.itemsize == 4) and keeps_inputs_in_l2()
+        assert plan.l2 == ("keep" if keep else None), plan.raw
         tile = 32 * 8 // (plan.warp_rows or 8) * plan.vec  # columns a tile
         assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)
         inp = op.inputs(x, 1)

@@ -66,6 +66,14 @@ def dram_gbps_per_sm() -> float:
     return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
 
 
+def keeps_inputs_in_l2() -> bool:
+    """Whether the planner loads kept inputs under L2's evict_last on the current GPU (plan.h,
+    KeepsRowInputInL2): ROWNORM_L2_KEEP where set (0 off, any other value on), else GPUs of at
+    least 30 GB/s of DRAM bandwidth per SM."""
+    forced = os.environ.get("ROWNORM_L2_KEEP", "")
+    return forced != "0" if forced else dram_gbps_per_sm() >= 30
+
+
 def dtype_id(dtype: torch.dtype) -> str:
     return DTYPE_IDS[dtype]
 

@@ -82,8 +82,10 @@ class Plan:
             back to evict_normal once the row is stored: on GPUs of at least 30 GB/s of DRAM
             bandwidth per SM (such as the H200), on the group tier and the CTAs of up to 256
             threads, for l1 / l2_normalize, rms_norm and add_rms_norm (forwards, and backwards
-            without fused parameter gradients); ``ROWNORM_L2_KEEP`` overrides the device
-            (``0`` off, any other value on); None where loads are plain.
+            without fused parameter gradients); on the strided path, where the packed kernel
+            keeps its next tiles in flight (``stages``), each tile's inputs, set back once the
+            tile is stored; ``ROWNORM_L2_KEEP`` overrides the device (``0`` off, any other
+            value on); None where loads are plain.
         kernel: strided path: ``"packed"``, ``"cached"`` or ``"streamed"``.
         warp_rows: strided path, packed kernel: the lanes of a warp that share a column's
             d-rows (1, 2 or 4: columns of at most 8, 16, 32 elements), which reduce by
@@ -190,7 +192,10 @@ def _describe(p: Plan) -> str:
     if p.ctas_per_sm:
         text += f"; {p.ctas_per_sm} CTAs per SM"
     if p.l2 == "keep":
-        text += "; each row's input held in L2 until the row is stored"
+        if p.path == "strided":
+            text += "; each tile's inputs held in L2 until the tile is stored"
+        else:
+            text += "; each row's input held in L2 until the row is stored"
     if p.params == "once":
         text += "; parameters read once per CTA"
     if p.param_grads == "fused":

@@ -101,6 +101,10 @@ struct StridedArgs : OperandTypes<TIn, kIn, TOut, kOut, Narrowed> {
   int64_t outer;
   int64_t d;
   int64_t inner;
+  // Whether the staged strided kernel (StridedPrefetchKernel) copies the inputs under L2's
+  // evict_last priority and sets each tile's lines back once the tile is stored: the plan's
+  // StridedPlan::l2_keep, set at launch (dispatch.cuh's WithStridedL2Keep).
+  bool keep_inputs_in_l2 = false;
 };
 
 }  // namespace rownorm

@@ -115,6 +115,13 @@ Args WithL2Keep(Args a, const RowPlan& plan) {
   return a;
 }
 
+// `a` with its inputs kept in L2 where its strided plan says so (StridedPlan::l2_keep).
+template <class Args>
+Args WithStridedL2Keep(Args a, const StridedPlan& plan) {
+  a.keep_inputs_in_l2 = plan.l2_keep;
+  return a;
+}
+
 // The element size the tier table plans a problem with: the widest operand's (a pack holds
 // kPackWidth elements of every operand type, so the row is counted in packs of the widest).
 template <class Args>
@@ -1304,7 +1311,8 @@ cudaError_t LaunchStridedPacked(const Args& a, const Op& op, const StridedPlan& 
             LaunchPersistent<StridedPrefetchKernel<Op, Args, kTx, kTy, kStridedCache, kLanes,
                                                    kWarpRows, kStages, kFull>,
                              kStages * sizeof(typename Staged::Stage)>(
-                pack_tiles, dim3(kTx, kTy), stream, &launched, a, op, nullptr);
+                pack_tiles, dim3(kTx, kTy), stream, &launched, WithStridedL2Keep(a, plan), op,
+                nullptr);
         if (err != cudaSuccess || launched) return err;
       }
     }
@@ -1358,8 +1366,9 @@ cudaError_t LaunchStridedSumOp(const Args& a, const Op& op, const StridedSumPlan
           const cudaError_t err = LaunchPersistent<
               StridedPrefetchKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes,
                                     kWarpRows, kStages, kFull, kSums>,
-              kStages * sizeof(typename Staged::Stage)>(plan.chunks, dim3(kStridedTx, kStridedTy),
-                                                        stream, &launched, a, op, partial);
+              kStages * sizeof(typename Staged::Stage)>(
+              plan.chunks, dim3(kStridedTx, kStridedTy), stream, &launched,
+              WithStridedL2Keep(a, plan.kernel), op, partial);
           if (err != cudaSuccess || launched) return err;
         }
         StridedPackKernel<Op, Args, kStridedTx, kStridedTy, kStridedCache, kLanes, kWarpRows, kSums,

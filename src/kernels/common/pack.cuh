@@ -233,6 +233,23 @@ ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src) {
                  : "memory");
   }
 }
+// The same copy of a 16-byte pack (through L2 only, .cg) or of a half pack (.ca) under the L2
+// eviction `policy` (L2EvictionPolicy).
+template <typename T, int N>
+ROWNORM_DEVICE void CopyPackAsync(Pack<T, N>* shared_dst, const T* global_src, uint64_t policy) {
+  constexpr int kBytes = sizeof(Pack<T, N>);
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  if constexpr (kBytes < 16) {
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], %2, %3;" ::"r"(dst),
+                 "l"(global_src), "n"(kBytes), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst),
+                 "l"(global_src), "l"(policy)
+                 : "memory");
+  }
+}
 // Brings the line holding `p` into L1 (and L2), without waiting: for small data that a kernel
 // reads later, at the start of a unit whose packs are staged in shared memory.
 ROWNORM_DEVICE void PrefetchL1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }

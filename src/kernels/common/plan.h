@@ -905,6 +905,9 @@ struct StridedPlan {
   // kPacked: every thread's kStridedCache d-rows are in the column (StridedFullColumns): the
   // kernels without a bound per d-row
   bool full_columns = false;
+  // kPacked with stages: the inputs copied under L2's evict_last, each tile's lines set back once
+  // it is stored (StridedKeepsInputsInL2)
+  bool l2_keep = false;
 };
 
 // The warp layout's lanes per column for columns of `d` elements (0: the CTA layout).
@@ -919,6 +922,19 @@ constexpr int StridedWarpRows(int64_t d) {
 // kStridedCache d-rows: d = 64 in the CTA layout, 8 / 16 / 32 in the warp layout's.
 constexpr bool StridedFullColumns(int64_t d, int warp_rows) {
   return d == int64_t{kStridedCache} * (warp_rows == 0 ? kStridedTy : warp_rows);
+}
+
+// Whether the staged strided kernel of a plan with `stages` in layout `warp_rows` keeps its
+// `elem_size`-byte inputs in L2 on a device of `dram_gbps_per_sm` (KeepsRowInputInL2's rule,
+// which ROWNORM_L2_KEEP overrides): the warp layouts and 4-byte tiles, not 16-bit tiles of the
+// CTA layout. H200, over the channels of NCHW, time with it ÷ without, forward / step
+// (benchmarks/results/h200/NOTES.md §54): fp32 RMSNorm over 112x64x512x512 (the seed) 0.983,
+// with a weight 0.979 / 0.993, fp32 LayerNorm 0.996 / 1.001, fp32 RMSNorm over 32 channels
+// 0.922 / 0.960, bf16 LayerNorm over 16 0.893 / 0.951; 16-bit tiles of the CTA layout lost (bf16
+// LayerNorm over 64 1.121 / 1.100, softmax 1.100 / 1.043, RMSNorm 0.999 / 0.999).
+inline bool StridedKeepsInputsInL2(int stages, int warp_rows, int elem_size,
+                                   float dram_gbps_per_sm) {
+  return stages > 0 && (warp_rows > 0 || elem_size == 4) && KeepsRowInputInL2(dram_gbps_per_sm);
 }
 
 // The plan of `a` on a device of `dram_gbps_per_sm` GB/s of DRAM bandwidth per SM (0: not
@@ -943,8 +959,11 @@ StridedPlan PlanStridedOp(const Args& a, float dram_gbps_per_sm) {
   const bool staged =
       sizeof(typename Args::InElem) < 4 || dram_gbps_per_sm >= kStridedPrefetch4ByteGbpsPerSm;
   const int warp_rows = StridedWarpRows(a.d);
-  return {StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, warp_rows,
-          StridedFullColumns(a.d, warp_rows)};
+  StridedPlan p{StridedKind::kPacked, kLanes, staged ? StridedStages<Args>() : 0, warp_rows,
+                StridedFullColumns(a.d, warp_rows)};
+  p.l2_keep =
+      StridedKeepsInputsInL2(p.stages, warp_rows, sizeof(typename Args::InElem), dram_gbps_per_sm);
+  return p;
 }
 
 // The strided path's fused parameter gradients: the packed kernel of the backward (`kernel`,
@@ -1007,6 +1026,8 @@ std::optional<StridedSumPlan> PlanStridedSums(const Args& a, int sums, float dra
   }
   k.lanes = StridedSumLanes<Args>(sums);
   k.stages = StridedSumStages<Args>(sums, k.warp_rows);
+  k.l2_keep = StridedKeepsInputsInL2(k.stages, k.warp_rows, sizeof(typename Args::InElem),
+                                     dram_gbps_per_sm);
   const int64_t cols = StridedTileColumns(k.lanes, k.warp_rows);
   return StridedSumPlan{k, a.outer * ((a.inner + cols - 1) / cols)};
 }
@@ -1061,6 +1082,7 @@ inline std::string Describe(const StridedPlan& p) {
   if (p.stages > 0) s += " stages=" + std::to_string(p.stages);
   if (p.warp_rows > 0) s += " warp_rows=" + std::to_string(p.warp_rows);
   if (p.full_columns) s += " columns=full";
+  if (p.l2_keep) s += " l2=keep";
   return s;
 }
 

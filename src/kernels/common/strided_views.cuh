@@ -418,15 +418,27 @@ struct StridedTile {
     }
   }
 
-  // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`.
-  ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage) {
+  // Issues the asynchronous copies of this thread's packs of tile (o, i) into `stage`, under the
+  // L2 eviction `policy` (d-row 0's copy for First() as a plain one: its lines are the packs').
+  ROWNORM_DEVICE static void Prefetch(const Args& a, int64_t o, int64_t i, Stage& stage,
+                                      uint64_t policy) {
     const int t = threadIdx.y * kTx + threadIdx.x;
     const StridedOperands<Args> at(a, o, i);
-    ForEachOwned(at,
-                 [&](int k, int c, const TIn* src) { CopyPackAsync(&stage.packs[k][c][t], src); });
+    ForEachOwned(at, [&](int k, int c, const TIn* src) {
+      CopyPackAsync(&stage.packs[k][c][t], src, policy);
+    });
     if constexpr (kStagedFirst) {
       if (at.valid) CopyPackAsync(&stage.first[t], at.in[0]);
     }
+  }
+
+  // Sets the L2 lines of tile (o, i)'s inputs back to evict_normal (copied under evict_last):
+  // each line by the thread whose pack starts it.
+  ROWNORM_DEVICE static void ReleaseInputs(const Args& a, int64_t o, int64_t i) {
+    const StridedOperands<Args> at(a, o, i);
+    ForEachOwned(at, [&](int, int, const TIn* src) {
+      if (reinterpret_cast<uintptr_t>(src) % 128 == 0) ReleaseL2Line(src);
+    });
   }
 
   // Brings the saved statistics of this thread's columns of tile (o, i) into L1, kPerRow values

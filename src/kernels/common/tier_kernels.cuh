@@ -1349,7 +1349,7 @@ __global__ void __launch_bounds__(kTx* kTy, kSums > 0 ? 2 : 1)
   constexpr bool kKeepParams = kSums > 0 && kLanes < Args::kPackWidth;
   using Tile = StridedTile<Args, kTx, kTy, kCache, kLanes, kWarpRows, kKeepParams, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
-  typename Tile::Params params;
+  typename Tile::Params params{};
   Tile::ReadParams(op, args.d, params);
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
@@ -1380,15 +1380,18 @@ using StridedPrefetchTile =
 // L1 (OpTraits::kSavedStats). Loaded straight into registers, a CTA had nothing in flight from
 // its barrier to its last store, and two CTAs per SM took 1.34x a copy's time on the H200
 // (channel RMSNorm, fp32); prefetched, 1.08x (0.81x the time; benchmarks/results/h200/NOTES.md
-// §4); the bf16 layer_norm backward over 64 channels 0.955x the step (§52).
+// §4); the bf16 layer_norm backward over 64 channels 0.955x the step (§52). Where the plan keeps
+// the inputs in L2 (args.keep_inputs_in_l2: StridedPlan::l2_keep) they are copied under
+// evict_last and each tile's lines set back once it is stored, as the row tiers' (pack.cuh).
 template <class Op, class Args, int kTx, int kTy, int kCache, int kLanes, int kWarpRows,
           int kStages, bool kFull = false, int kSums = 0>
 __global__ void __launch_bounds__(kTx* kTy, 2)
     StridedPrefetchKernel(const Args args, const Op op, AccType<typename Args::InElem>* partial) {
   using Tile = StridedPrefetchTile<Op, Args, kTx, kTy, kCache, kLanes, kWarpRows, kSums, kFull>;
   __shared__ typename Tile::Storage storage;
-  typename Tile::Params params;
+  typename Tile::Params params{};
   Tile::ReadParams(op, args.d, params);
+  const uint64_t policy = L2EvictionPolicy(args.keep_inputs_in_l2);
   auto* stages = reinterpret_cast<typename Tile::Stage*>(DynamicSharedMemory());
   constexpr int64_t kTileCols = int64_t{Tile::kTilePacks} * kLanes;
   const int64_t tiles = (args.inner + kTileCols - 1) / kTileCols;
@@ -1399,7 +1402,7 @@ __global__ void __launch_bounds__(kTx* kTy, 2)
   PipelineUnits<kStages>(
       blockIdx.x, gridDim.x, chunks,
       [&](int64_t t, int s) {
-        Tile::Prefetch(args, t / tiles, column(t), stages[s]);
+        Tile::Prefetch(args, t / tiles, column(t), stages[s], policy);
         if constexpr (OpTraits<Op>::kSavedStats > 0) {
           Tile::template PrefetchSavedStats<OpTraits<Op>::kSavedStats>(args, op.stats, t / tiles,
                                                                        column(t));
@@ -1409,6 +1412,7 @@ __global__ void __launch_bounds__(kTx* kTy, 2)
         Tile tile(storage, args, t / tiles, column(t), stages[s], params);
         // the lanes' reductions used every staged pack (each thread its own)
         RunStridedTile(op, tile, partial, t, chunks, refill);
+        if (args.keep_inputs_in_l2) Tile::ReleaseInputs(args, t / tiles, column(t));
       });
 }
 
