@@ -327,6 +327,42 @@ def test_slice_param_grads(op_id, dtype):
 @pytest.mark.gpu_heavy
 @pytest.mark.cuda
 @needs_clusters
+def test_slice_param_grads_longer_chunks():
+    """The slice sums' chunks are 2-8x as long where that takes no more waves of the teams the
+    device holds at once and keeps 15/16 of them busy (plan.h, SliceChunkMultiple: fewer
+    partials to write and add). 16-bit layer_norm rows of 256 threads x 4 packs (32-row
+    chunks): rows of 2 / 4 chunks per team take 2x / 4x chunks, one chunk more takes the
+    32-row chunks (2x would add a wave); on the 2x chunks the gradients match the reference,
+    are bit-identical run to run, and dx is the two-pass path's."""
+    import rownorm
+
+    op_id, n, dtype = "layer_norm_affine", 6656, torch.bfloat16
+    base = 64 // dtype.itemsize
+
+    def plan(rows):
+        probe = torch.empty((rows, n), dtype=dtype, device="cuda")
+        return rownorm.explain(probe, "layer_norm", backward=True, param_grads=True)
+
+    teams = plan(1 << 16).teams
+    assert teams, plan(1 << 16).raw
+    for rows, multiple in (
+        (2 * teams * base, 2),
+        (4 * teams * base, 4),
+        ((2 * teams + 1) * base, 1),
+    ):
+        p = plan(rows)
+        assert (p.params, p.threads, p.packs, p.teams) == ("once", 256, 4, teams), p.raw
+        assert p.chunk_rows == multiple * base, (rows, p.raw)
+        assert p.chunks == -(-rows // p.chunk_rows), (rows, p.raw)
+    rows = 2 * teams * base
+    x = randn((rows, n), dtype, "cuda")
+    case, inp, outs, dys, fused = _check_fused_param_grads(op_id, x, chunk_rows=2 * base)
+    _check_dx_as_two_pass(op_id, case, inp, outs, dys, fused, (slice(0, 3), slice(rows - 5, rows)))
+
+
+@pytest.mark.gpu_heavy
+@pytest.mark.cuda
+@needs_clusters
 @pytest.mark.parametrize("op_id", PHASED_OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 def test_phased_slice_param_grads(op_id, dtype):

@@ -31,6 +31,7 @@ _INT_KEYS = (
     "chunk_rows",
     "warp_rows",
     "row_classes",
+    "teams",
 )
 
 
@@ -99,7 +100,11 @@ class Plan:
         chunks: fused: partials per column sum (on the strided path, the packed kernel's
             tiles: one partial each; the cached and streamed kernels are two-pass).
         chunk_rows: fused: rows per chunk (the rows one partial sums, in order; on the
-            group tier a CTA's rows, which its groups take in turn).
+            group tier a CTA's rows, which its groups take in turn). Sums in shared memory:
+            32 16-bit / 16 fp32 rows, 2-8x as many where the rows fill the teams' waves.
+        teams: fused sums in shared memory (params ``"once"``): the CTAs or clusters the
+            device holds at once, each running chunks in turn (what the chunk length is
+            planned for).
         prefetch: fused sums: ``"next_row"`` where each team brings its next row into L2
             while it reduces the current one (sm_90+). Sums in shared memory: the 16-CTA
             clusters of 512 threads, two sums on 16-CTA and 16-bit 4-pack clusters, two sums of
@@ -150,6 +155,7 @@ class Plan:
     prefetch: str | None = None
     sums: str | None = None
     row_classes: int | None = None
+    teams: int | None = None
     raw: str = ""
 
     def __str__(self) -> str:
@@ -201,7 +207,8 @@ def _describe(p: Plan) -> str:
     if p.param_grads == "fused":
         rows = f" of {p.chunk_rows} rows" if p.chunk_rows else ""
         what = "tile partials" if p.path == "strided" else "chunk partials"
-        text += f"; parameter gradients fused ({p.chunks} {what}{rows} per column sum)"
+        teams = f" on {p.teams} teams" if p.teams else ""
+        text += f"; parameter gradients fused ({p.chunks} {what}{rows} per column sum{teams})"
         if p.prefetch == "next_row":
             text += "; the next row prefetched into L2"
         elif p.prefetch == "next_row_loads":

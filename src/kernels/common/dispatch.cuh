@@ -1057,12 +1057,20 @@ cudaError_t PlanRowSumOp(const Args& a, std::optional<FusedSumPlan>* plan) {
       if (err != cudaSuccess) return err;
       if (teams == 0 || 3 * (*plan)->chunks < 2 * int64_t{teams}) {
         plan->reset();
-      } else if ((*plan)->stage_next_row) {
+        return cudaSuccess;
+      }
+      FusedSumPlan& f = **plan;
+      f.teams = teams;
+      if (f.row_classes == 1) {  // (the classes of rows in phase keep their chunks)
+        f.chunk_rows *= SliceChunkMultiple(a.rows, f.chunk_rows, teams);
+        f.chunks = (a.rows + f.chunk_rows - 1) / f.chunk_rows;
+      }
+      if (f.stage_next_row) {
         // Staged where the team fits, and for two sums where it keeps the plain team's CTAs
         // per SM (plan.h's SliceSumsStageNextRow); else the plain kernel, its prefetch as planned.
         const bool keep = staged > 0 && (OpTraits<Op>::kColumnSums == 1 || staged >= teams);
-        (*plan)->stage_next_row = keep;
-        if (keep) (*plan)->prefetch_next_row = false;
+        f.stage_next_row = keep;
+        if (keep) f.prefetch_next_row = false;
       }
     }
   }

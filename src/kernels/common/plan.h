@@ -435,11 +435,37 @@ constexpr int64_t kMaxSumExchangeBytes = 32 * 1024;
 // rows of 512 threads x 4 packs: a persistent grid of CTAs or clusters, each running whole
 // chunks in turn, its columns' sums in shared memory (SliceRowSumsKernel, planned with
 // params_once: each CTA keeps its columns' weight). A chunk holds kSliceChunkBytes of each
-// column (32 16-bit / 16 fp32 rows), so its float partial is a sixteenth of an input's bytes.
+// column (32 16-bit / 16 fp32 rows), so its float partial is a sixteenth of an input's bytes,
+// or a multiple of them where the rows fill the teams' waves (SliceChunkMultiple).
 // The launcher's planning runs it only where the chunks keep most of the teams the device
 // holds at once busy (PlanRowSumOp in dispatch.cuh): with fewer, teams would idle where the
 // two-pass path runs a CTA or cluster per row.
 constexpr int kSliceChunkBytes = 64;
+
+// The slice sums' chunks made m = 2, 4 or 8 times as long where that takes no more waves of the
+// `teams` the device holds at once (the plain kernel's, PlanRowSumOp) and keeps at least 15/16
+// of them busy in every wave: fewer partials to write and add, the grid's time unchanged. The
+// multiple depends on rows, the chunk and the device, so the sums stay deterministic for each.
+// H200, fwd+bwd with every gradient, 2^27 elements, time ÷ 64-byte chunks (step / sums kernel;
+// benchmarks/results/h200/NOTES.md §55): layer_norm bf16 8192 0.964 / 0.978 (the finalize 12.8
+// -> 4.7 µs: one level), 16384 0.978 / 0.969, 32768 0.987, fp32 16384 0.960 (24.3 -> 6.6 µs);
+// rms_norm bf16 32768 0.992, fp32 16384 0.990; the rest 0.997-1.002. Longer chunks that add a
+// wave or idle teams lost: 2x at layer_norm bf16 65536 1.10, rms_norm bf16 32768 1.24, 6000 rows
+// of 8192 1.14; 4x 1.07-2.39.
+constexpr int kSliceChunkMaxMultiple = 8;
+inline int SliceChunkMultiple(int64_t rows, int chunk_rows, int teams) {
+  if (teams <= 0 || rows <= 0 || chunk_rows <= 0) return 1;
+  const auto chunks_of = [rows](int64_t len) { return (rows + len - 1) / len; };
+  const auto waves = [teams](int64_t chunks) { return (chunks + teams - 1) / teams; };
+  const int64_t base_waves = waves(chunks_of(chunk_rows));
+  int m = 1;
+  for (int k = 2; k <= kSliceChunkMaxMultiple; k *= 2) {
+    const int64_t chunks = chunks_of(int64_t{k} * chunk_rows);
+    const int64_t w = waves(chunks);
+    if (k * w <= base_waves && 16 * chunks >= 15 * w * teams) m = k;
+  }
+  return m;
+}
 
 // Two sums (layer_norm) of 16-bit rows of 256 threads x 4 packs: the slice sums (two CTAs per
 // SM: 64 KB of sums, 32 KB of weight and bias) on rows in phase and on aligned rows past 384
@@ -620,8 +646,9 @@ struct FusedSumPlan {
   RowPlan kernel;
   int64_t chunks = 0;      // partials per column sum (column_sums x chunks x n in all)
   int chunk_rows = 0;      // rows of a chunk (kFusedChunkRows, kStagedChunkRows, kernel.cluster x
-                           // kFusedChunkRows, kSliceChunkBytes / elem_size, or a group-tier CTA's
-                           // kFusedGroupRows x groups)
+                           // kFusedChunkRows, kSliceChunkBytes / elem_size x SliceChunkMultiple,
+                           // or a group-tier CTA's kFusedGroupRows x groups)
+  int teams = 0;           // SliceRowSumsKernel: the teams the device holds at once (PlanRowSumOp)
   bool pipelined = false;  // SliceRowSumsKernel: SliceSumsPipelined
   bool register_sums = false;      // SliceRowSumsKernel: SliceSumsInRegisters
   bool stage_next_row = false;     // SliceRowSumsKernel: SliceSumsStageNextRow (prefetch_next_row
@@ -1062,6 +1089,7 @@ inline std::string Describe(const RowPlan& p) {
 inline std::string Describe(const FusedSumPlan& f) {
   std::string s = Describe(f.kernel) + " param_grads=fused chunks=" + std::to_string(f.chunks);
   if (f.chunk_rows > 0) s += " chunk_rows=" + std::to_string(f.chunk_rows);
+  if (f.teams > 0) s += " teams=" + std::to_string(f.teams);
   if (f.prefetch_next_row) s += " prefetch=next_row";
   if (f.pipelined) s += " prefetch=next_row_loads";
   if (f.stage_next_row) s += " prefetch=next_row_staged";
