@@ -74,6 +74,23 @@ def keeps_inputs_in_l2() -> bool:
     return forced != "0" if forced else dram_gbps_per_sm() >= 30
 
 
+def slice_chunk_rows(rows: int, chunk_rows: int, teams: int) -> int:
+    """The slice sums' chunk length for `rows` aligned rows on `teams` teams (plan.h,
+    SliceChunkMultiple): chunk_rows times the largest of 2, 4, 8 whose chunks take no more
+    waves of the teams and keep 15/16 of them busy in every wave, else chunk_rows."""
+
+    def waves(chunks: int) -> int:
+        return -(-chunks // teams)
+
+    base = waves(-(-rows // chunk_rows))
+    multiple = 1
+    for k in (2, 4, 8):
+        chunks = -(-rows // (k * chunk_rows))
+        if k * waves(chunks) <= base and 16 * chunks >= 15 * waves(chunks) * teams:
+            multiple = k
+    return multiple * chunk_rows
+
+
 def dtype_id(dtype: torch.dtype) -> str:
     return DTYPE_IDS[dtype]
 
