@@ -29,12 +29,12 @@ from utils import (
     check_grads,
     dtype_id,
     families,
-    keeps_inputs_in_l2,
     param_grad_dtype,
     poison_blocks,
     randn,
     random_grads,
     raw_case,
+    strided_keeps_inputs_in_l2,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
@@ -119,7 +119,7 @@ def test_strided_warp_layout(op_id, dtype):
             assert plan.columns == full, (d, inner, plan.raw)
             # the staged kernel's inputs under L2's evict_last where the device keeps them, in
             # the warp layouts and on 4-byte tiles (plan.h, StridedKeepsInputsInL2)
-            keep = plan.stages and (plan.warp_rows or dtype.itemsize == 4) and keeps_inputs_in_l2()
+            keep = strided_keeps_inputs_in_l2(plan, dtype)
             assert plan.l2 == ("keep" if keep else None), plan.raw
             inp = op.inputs(x, 1)
             what = f"d={d} inner={inner}"
@@ -173,7 +173,7 @@ def test_strided_fused_param_grads(op_id, dtype, monkeypatch):
         # the staged kernel's inputs under L2's evict_last where the device keeps them, in the
         # warp layouts and on 4-byte tiles (plan.h, StridedKeepsInputsInL2): the staged
         # backward's are 16-bit tiles of the CTA layout
-        keep = plan.stages and (plan.warp_rows or dtype.itemsize == 4) and keeps_inputs_in_l2()
+        keep = strided_keeps_inputs_in_l2(plan, dtype)
         assert plan.l2 == ("keep" if keep else None), plan.raw
         tile = 32 * 8 // (plan.warp_rows or 8) * plan.vec  # columns a tile
         assert plan.chunks == outer * -(-inner // tile), (what, plan.raw)

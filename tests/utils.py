@@ -66,12 +66,14 @@ def dram_gbps_per_sm() -> float:
     return 2 * p.memory_clock_rate * 1e3 * (p.memory_bus_width // 8) / p.multi_processor_count / 1e9
 
 
-def keeps_inputs_in_l2() -> bool:
-    """Whether the planner loads kept inputs under L2's evict_last on the current GPU (plan.h,
-    KeepsRowInputInL2): ROWNORM_L2_KEEP where set (0 off, any other value on), else GPUs of at
-    least 30 GB/s of DRAM bandwidth per SM."""
+def strided_keeps_inputs_in_l2(plan, dtype: torch.dtype) -> bool:
+    """Whether a strided plan's staged kernel copies its inputs under L2's evict_last (plan.h,
+    StridedKeepsInputsInL2): staged tiles of the warp layouts or of 4-byte elements, on a GPU
+    whose planner keeps inputs in L2 (KeepsRowInputInL2: ROWNORM_L2_KEEP where set, 0 off and
+    any other value on, else at least 30 GB/s of DRAM bandwidth per SM)."""
     forced = os.environ.get("ROWNORM_L2_KEEP", "")
-    return forced != "0" if forced else dram_gbps_per_sm() >= 30
+    device_keeps = forced != "0" if forced else dram_gbps_per_sm() >= 30
+    return bool(plan.stages) and bool(plan.warp_rows or dtype.itemsize == 4) and device_keeps
 
 
 def slice_chunk_rows(rows: int, chunk_rows: int, teams: int) -> int:
