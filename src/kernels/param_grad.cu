@@ -127,9 +127,9 @@ __global__ void __launch_bounds__(kTx* kTy)
 // partial rows), where contiguous sub-blocks of kFinalizeBatch rows left three of four threads
 // idle: 30 µs for the 32 MB of layer_norm bf16 131072's partials on the H100, 14.7 µs
 // interleaved with 16-byte loads (benchmarks/results/h100/NOTES.md §35). A thread owns kV
-// adjacent columns (a 16-byte load per row where the launcher allows it), with kFinalizeBatch
-// / kV loads in flight, all issued before the first add. The sums depend on neither kV nor the
-// launch shape nor the GPU.
+// adjacent columns (a 16-byte load per row where the launcher allows it) and issues its rows'
+// loads kLoads at a time, all of a round before its first add. The sums depend on neither kV,
+// kLoads nor the launch shape nor the GPU.
 template <typename Acc, typename Out>
 struct FinalizeLevel {
   const Acc* in[2];  // [rows][n] per sum, nullptr for a sum not requested
@@ -141,11 +141,11 @@ struct FinalizeLevel {
 constexpr int kFinalizeSubs = kFinalizeFan / kFinalizeBatch;
 constexpr int kFinalizeCols = 64;  // threads per CTA along the columns (x kFinalizeSubs)
 
-template <typename Acc, typename Out, int kV>
+template <typename Acc, typename Out, int kV, int kLoads>
 __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     ParamGradFinalizeKernel(const FinalizeLevel<Acc, Out> t) {
+  static_assert(kFinalizeBatch % kLoads == 0, "whole rounds of loads");
   using P = Pack<Acc, kV>;
-  constexpr int kLoads = kFinalizeBatch / kV;
   __shared__ P subs[kFinalizeSubs][kFinalizeCols];
   // z counts the requested sums: sum 1 alone runs as z = 0. No dynamic index into the params.
   const bool second = blockIdx.z == 1 || t.in[0] == nullptr;
@@ -161,12 +161,11 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
     Acc sum[kV] = {};
     if (d < t.n && mine > 0) {
       const Acc* p = in + (first + y) * t.n + d;
-      // mine <= kFinalizeBatch: at most kV rounds of kLoads rows. The offsets are (row · subs) ·
-      // t.n: with a 64-bit step held in a register instead, ptxas interleaved the loads with
-      // the adds (6 of 64 in flight, 32 registers; 128 this way).
+      // mine <= kFinalizeBatch: at most kFinalizeBatch / kLoads rounds. The offsets are (row ·
+      // subs) · t.n: with a 64-bit step held in a register instead, ptxas interleaved the loads
+      // with the adds (6 of 64 in flight, 32 registers; 128 this way).
 #pragma unroll
-      for (int round = 0; round < kV; ++round) {
-        const int b = round * kLoads;
+      for (int b = 0; b < kFinalizeBatch; b += kLoads) {
         if (b >= mine) break;
         // Every load unconditional (past the thread's last row it re-reads that row), so that
         // all are issued before the first add.
@@ -204,32 +203,74 @@ __global__ void __launch_bounds__(kFinalizeCols* kFinalizeSubs)
   }
 }
 
-// 16-byte loads where every column group is whole and aligned and the grid still has at least
-// half the CTAs the device holds at once (two an SM). On the H100: n = 1024's first level (4
-// column groups x 4 blocks x 2 sums) took 17.5 µs with them against 4.6 µs one column a
-// thread; layer_norm bf16 32768 (256 CTAs of them) 14.9 against 12.6; 65536 / 131072 (512 /
-// 1024) 15.6 / 14.7 against 21.5 / 30.2 (benchmarks/results/h100/NOTES.md §35).
+// A shape of the finalize's kernel: kV columns a thread, kLoads loads in flight a round.
+template <typename Acc, typename Out, int kV, int kLoads>
+struct FinalizeShape {
+  static constexpr auto kKernel = ParamGradFinalizeKernel<Acc, Out, kV, kLoads>;
+  static constexpr int kThreads = kFinalizeCols * kFinalizeSubs;
+
+  static dim3 Grid(const FinalizeLevel<Acc, Out>& t, unsigned sums) {
+    const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+    return dim3(GridFor((t.n + int64_t{kFinalizeCols} * kV - 1) / (kFinalizeCols * kV)),
+                GridFor(std::min<int64_t>(blocks, 65535)), sums);
+  }
+
+  // The rounds of loads the level waits for one after another: the grid's waves on the CTAs
+  // the device holds at once, times the rounds a thread of `mine` rows issues. 0 where none fits.
+  static cudaError_t Depth(const FinalizeLevel<Acc, Out>& t, unsigned sums, int64_t mine,
+                           int64_t* depth) {
+    int resident = 0;
+    const cudaError_t err = ResidentCtas<kKernel, 0>(kThreads, &resident);
+    const dim3 g = Grid(t, sums);
+    const int64_t ctas = int64_t{g.x} * g.y * g.z;
+    *depth = resident > 0 ? (ctas + resident - 1) / resident * ((mine + kLoads - 1) / kLoads) : 0;
+    return err;
+  }
+
+  static void Launch(const FinalizeLevel<Acc, Out>& t, unsigned sums, cudaStream_t stream) {
+    kKernel<<<Grid(t, sums), dim3(kFinalizeCols, kFinalizeSubs), 0, stream>>>(t);
+  }
+};
+
+// One level on the kernel shape whose loads wait the fewest rounds one after another
+// (FinalizeShape::Depth), the first listed on a tie: 16-byte loads (whole, aligned column
+// groups), then a column a thread with 64, 32 or 16 loads a round. The deep scalar kernel takes
+// 128 registers (two CTAs an SM): at layer_norm bf16 32768's 64 partial rows (16 a thread) its
+// 1024 CTAs ran in four waves (16.0 µs, 1.05 TB/s, ncu, H200) where the 16-byte kernel's 256
+// CTAs take one (6.9 µs); at 8192's 256 rows (64 a thread) it holds them all in flight in one
+// wave where the 16-byte kernel's 64 CTAs wait four rounds. H200, fwd+bwd with every gradient,
+// 2^27 elements, the finalize's µs against the former rule (16-byte loads where their grid
+// held half the device's CTAs): layer_norm bf16 32768 11.3 -> 4.2 (the step 0.976x), 16384
+// 6.5 -> 4.4, 1024-4096 7.7-8.3 -> 6.8-7.6, fp32 16384 6.5 -> 4.3, rms_norm bf16 32768 6.5 ->
+// 4.5; every other measured shape within 0.7 µs (benchmarks/results/h200/NOTES.md §56). The
+// choice changes no bit of the sums.
 template <typename Acc, typename Out>
 cudaError_t LaunchFinalizeLevel(const FinalizeLevel<Acc, Out>& t, cudaStream_t stream) {
   constexpr int kV = 16 / sizeof(Acc);
-  constexpr auto kWide = ParamGradFinalizeKernel<Acc, Out, kV>;
-  const dim3 block(kFinalizeCols, kFinalizeSubs);
-  const int64_t blocks = (t.rows + kFinalizeFan - 1) / kFinalizeFan;
+  using Wide = FinalizeShape<Acc, Out, kV, kFinalizeBatch / kV>;
+  using Deep = FinalizeShape<Acc, Out, 1, kFinalizeBatch>;
+  using Half = FinalizeShape<Acc, Out, 1, kFinalizeBatch / 2>;
+  using Quarter = FinalizeShape<Acc, Out, 1, kFinalizeBatch / 4>;
   const unsigned sums = (t.in[0] != nullptr) + (t.in[1] != nullptr);
-  const auto grid = [&](int cols) {
-    return dim3(GridFor((t.n + int64_t{kFinalizeCols} * cols - 1) / (kFinalizeCols * cols)),
-                GridFor(std::min<int64_t>(blocks, 65535)), sums);
-  };
-  int resident = 0;
-  const cudaError_t err = ResidentCtas<kWide, 0>(kFinalizeCols * kFinalizeSubs, &resident);
+  const int64_t mine =
+      (std::min<int64_t>(t.rows, kFinalizeFan) + kFinalizeSubs - 1) / kFinalizeSubs;
+  bool wide = t.n % kV == 0;
+  for (int z = 0; z < 2; ++z) wide = wide && reinterpret_cast<uintptr_t>(t.in[z]) % 16 == 0;
+  int64_t depth[4] = {};
+  cudaError_t err = wide ? Wide::Depth(t, sums, mine, &depth[0]) : cudaSuccess;
+  if (err == cudaSuccess) err = Deep::Depth(t, sums, mine, &depth[1]);
+  if (err == cudaSuccess) err = Half::Depth(t, sums, mine, &depth[2]);
+  if (err == cudaSuccess) err = Quarter::Depth(t, sums, mine, &depth[3]);
   if (err != cudaSuccess) return err;
-  const dim3 wide = grid(kV);
-  bool vectors = t.n % kV == 0 && 2 * int64_t{wide.x} * wide.y * wide.z >= resident;
-  for (int z = 0; z < 2; ++z) vectors = vectors && reinterpret_cast<uintptr_t>(t.in[z]) % 16 == 0;
-  if (vectors) {
-    kWide<<<wide, block, 0, stream>>>(t);
-  } else {
-    ParamGradFinalizeKernel<Acc, Out, 1><<<grid(1), block, 0, stream>>>(t);
+  int pick = -1;
+  for (int i = 0; i < 4; ++i) {
+    if (depth[i] > 0 && (pick < 0 || depth[i] < depth[pick])) pick = i;
+  }
+  switch (pick) {
+    case 0: Wide::Launch(t, sums, stream); break;
+    case 2: Half::Launch(t, sums, stream); break;
+    case 3: Quarter::Launch(t, sums, stream); break;
+    default: Deep::Launch(t, sums, stream); break;
   }
   return cudaGetLastError();
 }
